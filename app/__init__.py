@@ -1,0 +1,1 @@
+"""Composite LLM demo: one UI-agnostic core, Streamlit pages and an OpenAI-compatible server on top."""

@@ -1,0 +1,86 @@
+"""The Client protocol every backend implements, and the values that cross it."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from app.conversation import AnswerMetrics
+
+
+class ClientError(RuntimeError):
+    """A backend failed in a way the user can act on; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class GenerationParams:
+    """Sampling settings. temperature 0 means greedy decoding; top_k 0 means no top-k cut."""
+
+    temperature: float = 0.7
+    top_p: float = 0.9
+    top_k: int = 50
+    repetition_penalty: float = 1.0
+    max_new_tokens: int = 512
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+    ignore_eos: bool = False  # benchmarks only: generate exactly max_new_tokens
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not 0.0 <= self.temperature <= 5.0:
+            problems.append(f"temperature must be between 0 and 5 (got {self.temperature})")
+        if not 0.0 < self.top_p <= 1.0:
+            problems.append(f"top_p must be in (0, 1] (got {self.top_p})")
+        if self.top_k < 0:
+            problems.append(f"top_k must be 0 (off) or positive (got {self.top_k})")
+        if not 0.0 < self.repetition_penalty <= 5.0:
+            problems.append(f"repetition_penalty must be in (0, 5] (got {self.repetition_penalty})")
+        if self.max_new_tokens < 1:
+            problems.append(f"max_new_tokens must be at least 1 (got {self.max_new_tokens})")
+        if any(not s for s in self.stop):
+            problems.append("stop strings must not be empty")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass
+class Delta:
+    """One step of a streamed answer.
+
+    `metrics` is the live metrics object of this answer (the same object on every delta, complete on the last
+    one), so a consumer that stops early still knows the token counts so far.
+    """
+
+    text: str = ""
+    notice: str | None = None
+    finish_reason: str | None = None
+    metrics: AnswerMetrics = field(default_factory=AnswerMetrics)
+
+
+class Client(Protocol):
+    """A loaded backend. One instance serves every browser session of the process."""
+
+    backend: str
+
+    def describe(self) -> str:
+        """One line for the status bar: backend, model, device."""
+        ...
+
+    def stream(
+        self,
+        messages: list[dict[str, Any]],
+        params: GenerationParams,
+        cancel: threading.Event,
+    ) -> Iterator[Delta]:
+        """Stream an answer to OpenAI-format `messages`; stop soon after `cancel` is set or the iterator closes."""
+        ...
+
+    def close(self) -> None:
+        """Release the model and its memory."""
+        ...

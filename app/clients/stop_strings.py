@@ -1,0 +1,50 @@
+"""Cut a text stream at the first stop string without ever showing part of one.
+
+Only the tail that could still grow into a stop string is held back, so the work per chunk is bounded by the
+longest stop string, not by the length of the answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class StopStringFilter:
+    def __init__(self, stop_strings: Iterable[str]) -> None:
+        self.stop_strings = tuple(s for s in stop_strings if s)
+        self._longest = max((len(s) for s in self.stop_strings), default=0)
+        self._pending = ""
+        self.stopped = False
+        self.matched: str | None = None
+
+    def feed(self, chunk: str) -> str:
+        """Return the text that is safe to show now."""
+        if self.stopped:
+            return ""
+        if not self.stop_strings:
+            return chunk
+        # Search only where a stop string could now appear: the held-back tail plus the new chunk.
+        window = self._pending + chunk
+        hit = min(
+            ((index, s) for s in self.stop_strings if (index := window.find(s)) != -1),
+            default=None,
+        )
+        if hit is not None:
+            self.stopped, self.matched = True, hit[1]
+            self._pending = ""
+            return window[: hit[0]]
+        keep = self._partial_suffix_length(window)
+        self._pending = window[len(window) - keep :] if keep else ""
+        return window[: len(window) - keep]
+
+    def flush(self) -> str:
+        """At the end of the stream the held-back tail was not a stop string after all."""
+        text, self._pending = ("" if self.stopped else self._pending), ""
+        return text
+
+    def _partial_suffix_length(self, text: str) -> int:
+        for length in range(min(self._longest - 1, len(text)), 0, -1):
+            tail = text[-length:]
+            if any(s.startswith(tail) for s in self.stop_strings):
+                return length
+        return 0

@@ -1,0 +1,182 @@
+"""Conversation model shared by every front end and backend.
+
+Plain dataclasses, no UI imports. OpenAI chat messages are the exchange format: every backend, the API server
+and export/import speak it, so `to_openai` / `from_openai` must round-trip.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Role = Literal["system", "user", "assistant", "tool"]
+ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
+FinishReason = Literal["stop", "length", "cancelled", "tool_calls", "error"]
+
+
+def new_call_id() -> str:
+    return "call_" + uuid.uuid4().hex[:24]
+
+
+@dataclass
+class ToolCall:
+    """A function call requested by the model; `arguments` is the decoded JSON object."""
+
+    name: str
+    arguments: dict[str, Any]
+    id: str = field(default_factory=new_call_id)
+
+    def to_openai(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": json.dumps(self.arguments, ensure_ascii=False)},
+        }
+
+    @classmethod
+    def from_openai(cls, data: dict[str, Any]) -> ToolCall:
+        function = data.get("function") or {}
+        name = function.get("name")
+        if not isinstance(name, str) or not name:
+            raise ValueError("a tool call needs function.name")
+        raw = function.get("arguments", "{}")
+        if isinstance(raw, dict):
+            arguments = raw
+        else:
+            try:
+                arguments = json.loads(raw or "{}")
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"tool call {name!r}: arguments are not valid JSON ({exc.msg})") from exc
+        if not isinstance(arguments, dict):
+            raise ValueError(f"tool call {name!r}: arguments must be a JSON object")
+        return cls(name=name, arguments=arguments, id=data.get("id") or new_call_id())
+
+
+@dataclass
+class AnswerMetrics:
+    """What one generated answer cost; shown under the answer and returned as usage by the API."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    time_to_first_token_s: float | None = None
+    tokens_per_second: float | None = None
+    total_time_s: float = 0.0
+    finish_reason: FinishReason | None = None
+    dropped_messages: int = 0
+
+    def summary(self) -> str:
+        parts = [f"{self.completion_tokens} tokens"]
+        if self.time_to_first_token_s is not None:
+            parts.append(f"TTFT {self.time_to_first_token_s:.2f} s")
+        if self.tokens_per_second is not None:
+            parts.append(f"{self.tokens_per_second:.1f} tok/s")
+        parts.append(f"prompt {self.prompt_tokens} tokens")
+        if self.finish_reason == "length":
+            parts.append("cut at max new tokens")
+        elif self.finish_reason == "cancelled":
+            parts.append("stopped")
+        return " · ".join(parts)
+
+
+@dataclass
+class Message:
+    role: Role
+    content: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_call_id: str | None = None
+    name: str | None = None
+    metrics: AnswerMetrics | None = None
+    error: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"unknown role {self.role!r}; expected one of {', '.join(ROLES)}")
+
+    @property
+    def stopped(self) -> bool:
+        return self.metrics is not None and self.metrics.finish_reason == "cancelled"
+
+    def to_openai(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            data["tool_calls"] = [call.to_openai() for call in self.tool_calls]
+        if self.role == "tool":
+            data["tool_call_id"] = self.tool_call_id or ""
+            if self.name:
+                data["name"] = self.name
+        return data
+
+    @classmethod
+    def from_openai(cls, data: dict[str, Any]) -> Message:
+        if not isinstance(data, dict):
+            raise ValueError("a message must be a JSON object")
+        role = data.get("role")
+        if role not in ROLES:
+            raise ValueError(f"unknown role {role!r}; expected one of {', '.join(ROLES)}")
+        return cls(
+            role=role,
+            content=_content_text(data.get("content")),
+            tool_calls=[ToolCall.from_openai(call) for call in data.get("tool_calls") or []],
+            tool_call_id=data.get("tool_call_id"),
+            name=data.get("name"),
+        )
+
+
+def _content_text(content: Any) -> str:
+    """OpenAI content is a string, null, or a list of parts; keep the text parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if isinstance(part, dict) and part.get("type") == "text":
+                texts.append(str(part.get("text", "")))
+            else:
+                raise ValueError("only text content parts are supported")
+        return "".join(texts)
+    raise ValueError("message content must be a string, null or a list of text parts")
+
+
+@dataclass
+class Conversation:
+    """The turns shown in one chat; the system prompt lives in settings and is prepended when prompting."""
+
+    messages: list[Message] = field(default_factory=list)
+
+    def add(self, message: Message) -> Message:
+        self.messages.append(message)
+        return message
+
+    def clear(self) -> None:
+        self.messages.clear()
+
+    def last_user_index(self) -> int | None:
+        for index in range(len(self.messages) - 1, -1, -1):
+            if self.messages[index].role == "user":
+                return index
+        return None
+
+    def rewind_to_last_user(self, new_content: str | None = None) -> Message | None:
+        """Drop everything after the last user message (for Regenerate / edit-and-resend); return that message."""
+        index = self.last_user_index()
+        if index is None:
+            return None
+        del self.messages[index + 1 :]
+        if new_content is not None:
+            self.messages[index].content = new_content
+        return self.messages[index]
+
+    def to_openai(self, system_prompt: str | None = None) -> list[dict[str, Any]]:
+        out = [{"role": "system", "content": system_prompt}] if system_prompt else []
+        out.extend(message.to_openai() for message in self.messages if message.role != "system" or not system_prompt)
+        return out
+
+    @classmethod
+    def from_openai(cls, messages: list[dict[str, Any]]) -> Conversation:
+        if not isinstance(messages, list):
+            raise ValueError("messages must be a list")
+        return cls(messages=[Message.from_openai(item) for item in messages])

@@ -1,0 +1,28 @@
+"""Entry point: `streamlit run app/main.py`. Shared sidebar, then the selected page."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# `streamlit run app/main.py` puts app/ on sys.path, not the repository root that holds the `app` package.
+_ROOT = str(Path(__file__).resolve().parent.parent)
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+import streamlit as st  # noqa: E402
+
+from app.config import offline_by_default  # noqa: E402
+from app.ui import sidebar, state  # noqa: E402
+
+offline_by_default()
+st.set_page_config(page_title="Composite LLM demo", page_icon=":material/forum:", layout="wide")
+
+_PAGES_DIR = Path(__file__).parent / "pages"
+pages = {
+    "chat": st.Page(_PAGES_DIR / "chat.py", title="Chat", icon=":material/chat:", url_path="chat", default=True),
+}
+current = st.navigation(list(pages.values()))
+page_name = next(name for name, page in pages.items() if page.url_path == current.url_path)
+sidebar.render(page_name, state.conversation(page_name))
+current.run()

@@ -1,0 +1,118 @@
+"""The sidebar shared by every page: backend and model, system prompt, sampling, and conversation actions.
+
+Rendered once per run from app/main.py (widgets in the entrypoint keep their values across pages); pages read
+the result with `current()`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import streamlit as st
+
+from app.clients.base import GenerationParams
+from app.clients.registry import BACKENDS
+from app.config import ModelSettings
+from app.conversation import Conversation
+from app.ui import state
+
+DEFAULT_SYSTEM_PROMPT = "You are a helpful, concise assistant."
+_STATE_KEY = "_sidebar"
+
+
+@dataclass(frozen=True)
+class SidebarState:
+    model: ModelSettings
+    params: GenerationParams
+    system_prompt: str
+
+
+def current() -> SidebarState:
+    return st.session_state[_STATE_KEY]
+
+
+def render(page: str, conversation: Conversation) -> SidebarState:
+    defaults = ModelSettings.from_env()
+    with st.sidebar:
+        st.subheader("Model")
+        backend = st.selectbox(
+            "Backend",
+            options=list(BACKENDS),
+            format_func=lambda name: BACKENDS[name].label,
+            index=list(BACKENDS).index(defaults.backend) if defaults.backend in BACKENDS else 0,
+            key="backend",
+        )
+        model_path = st.text_input(
+            "Model path",
+            value=defaults.model_path,
+            placeholder="empty: embedded SmolLM2-135M-Instruct",
+            help="A local Hugging Face model folder (config.json + safetensors). Nothing is downloaded.",
+            key="model_path",
+        )
+        with st.expander("Device and precision"):
+            device = st.selectbox("Device", ["auto", "cpu", "cuda", "mps"], key="device",
+                                  index=["auto", "cpu", "cuda", "mps"].index(defaults.device)
+                                  if defaults.device in ("auto", "cpu", "cuda", "mps") else 0)
+            dtype = st.selectbox("Precision", ["auto", "float32", "bfloat16", "float16"], key="dtype",
+                                 index=["auto", "float32", "bfloat16", "float16"].index(defaults.dtype)
+                                 if defaults.dtype in ("auto", "float32", "bfloat16", "float16") else 0)
+
+        st.subheader("Generation")
+        system_prompt = st.text_area("System prompt", value=DEFAULT_SYSTEM_PROMPT, key="system_prompt")
+        temperature = st.slider("Temperature", 0.0, 2.0, 0.7, 0.05, key="temperature",
+                                help="0 picks the most likely token every time (greedy).")
+        top_p = st.slider("Top p", 0.05, 1.0, 0.9, 0.05, key="top_p")
+        top_k = st.number_input("Top k", min_value=0, max_value=500, value=50, step=5, key="top_k",
+                                help="0 turns the top-k cut off.")
+        repetition_penalty = st.slider("Repetition penalty", 1.0, 2.0, 1.0, 0.05, key="repetition_penalty")
+        max_new_tokens = st.number_input("Max new tokens", min_value=1, max_value=32768, value=512, step=64,
+                                         key="max_new_tokens")
+
+        st.subheader("Conversation")
+        left, right = st.columns(2)
+        left.button("Clear", on_click=conversation.clear, width="stretch", key="clear",
+                    disabled=not conversation.messages)
+        right.button("Regenerate", on_click=_regenerate, args=(page, conversation), width="stretch",
+                     key="regenerate", disabled=conversation.last_user_index() is None)
+        _edit_last_message(page, conversation)
+
+    result = SidebarState(
+        model=ModelSettings(backend, model_path.strip(), device, dtype, defaults.max_context_tokens),
+        params=GenerationParams(
+            temperature=float(temperature),
+            top_p=float(top_p),
+            top_k=int(top_k),
+            repetition_penalty=float(repetition_penalty),
+            max_new_tokens=int(max_new_tokens),
+        ),
+        system_prompt=system_prompt,
+    )
+    st.session_state[_STATE_KEY] = result
+    return result
+
+
+def _regenerate(page: str, conversation: Conversation) -> None:
+    if conversation.rewind_to_last_user() is not None:
+        state.request_turn(page)
+
+
+def _edit_last_message(page: str, conversation: Conversation) -> None:
+    index = conversation.last_user_index()
+    if index is None:
+        return
+    with st.expander("Edit last message"):
+        # The key follows the message, so the box refills when the last message changes.
+        key = f"edit/{page}/{index}/{hash(conversation.messages[index].content)}"
+        st.text_area("Last message", value=conversation.messages[index].content, key=key,
+                     label_visibility="collapsed")
+        st.button("Resend", on_click=_resend, args=(page, conversation, key), key="resend",
+                  width="stretch")
+
+
+def _resend(page: str, conversation: Conversation, key: str) -> None:
+    text = str(st.session_state.get(key, "")).strip()
+    if not text:
+        st.toast("The edited message is empty; type something to resend.", icon=":material/warning:")
+        return
+    conversation.rewind_to_last_user(text)
+    state.request_turn(page)
