@@ -87,7 +87,7 @@ def fit_to_context(
         if dropped_turns + 1 >= len(turn_starts):
             raise PromptTooLong(
                 f"The prompt needs {tokens} tokens but only {budget} fit "
-                "(context window minus max new tokens). Shorten the message or the system prompt, "
+                "(context window minus room for the answer). Shorten the message or the system prompt, "
                 "lower 'Max new tokens', or use a model with a longer context window."
             )
         dropped_turns += 1

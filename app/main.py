@@ -20,7 +20,7 @@ st.set_page_config(page_title="Composite LLM demo", page_icon=":material/forum:"
 
 _PAGES_DIR = Path(__file__).parent / "pages"
 pages = {
-    "chat": st.Page(_PAGES_DIR / "chat.py", title="Chat", icon=":material/chat:", url_path="chat", default=True),
+    "chat": st.Page(_PAGES_DIR / "chat.py", title="Chat", icon=":material/chat:", default=True),
 }
 current = st.navigation(list(pages.values()))
 page_name = next(name for name, page in pages.items() if page.url_path == current.url_path)

@@ -103,7 +103,7 @@ class HFClient:
             if self.device == "cuda":
                 load_kwargs["device_map"] = "auto"  # spreads a large model over every visible GPU
             self.model = AutoModelForCausalLM.from_pretrained(self.model_path, **load_kwargs)
-        except (OSError, ValueError, RuntimeError, KeyError) as exc:
+        except Exception as exc:  # loaders raise many types (OSError, SafetensorError, ValueError...)
             raise ClientError(f"Could not load the model from {str(self.model_path)!r}: {exc}") from exc
         if self.device != "cuda":
             self.model.to(self.device)
@@ -207,13 +207,16 @@ class HFClient:
         metrics: AnswerMetrics,
         started: float,
     ) -> Iterator[Delta]:
-        max_new_tokens = min(params.max_new_tokens, max(1, self.context_window - 1))
+        # Reserve room for the answer, but never more than half the window: a large "max new tokens" on a small
+        # model should shorten the answer's room, not drop the whole history.
+        reserve = min(params.max_new_tokens, max(1, self.context_window // 2))
         try:
-            fitted = fit_to_context(messages, self.count_prompt_tokens, self.context_window - max_new_tokens)
+            fitted = fit_to_context(messages, self.count_prompt_tokens, self.context_window - reserve)
         except PromptTooLong as exc:
             raise ClientError(str(exc)) from exc
         except Exception as exc:  # a template that cannot render these messages
             raise ClientError(f"The model's chat template could not render the conversation: {exc}") from exc
+        max_new_tokens = min(params.max_new_tokens, self.context_window - fitted.token_count)
         metrics.prompt_tokens = fitted.token_count
         metrics.dropped_messages = fitted.dropped_messages
         if fitted.dropped_messages:
@@ -257,6 +260,8 @@ class HFClient:
                         metrics.time_to_first_token_s = time.perf_counter() - started
                     yield Delta(text=visible, metrics=metrics)
                 if stop_filter.stopped:
+                    # Our own text-level match (transformers' stop_strings criterion also fires on a token
+                    # that merely ends with the start of a stop string); generate() ends at the next token.
                     finished.set()
             tail = stop_filter.flush()
             if tail:
@@ -285,8 +290,6 @@ class HFClient:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         else:
             kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=params.top_k)
-        if params.stop:
-            kwargs.update(stop_strings=list(params.stop), tokenizer=self.tokenizer)
         if params.ignore_eos:
             kwargs["min_new_tokens"] = max_new_tokens
         return kwargs
@@ -311,7 +314,7 @@ class HFClient:
             metrics.finish_reason = "length"
         elif cancelled:
             metrics.finish_reason = "cancelled"
-        else:  # transformers' own stop-string criterion ended it on a string the text filter cannot see
+        else:
             metrics.finish_reason = "stop"
 
     def close(self) -> None:

@@ -32,3 +32,4 @@ if wants_answer:
         answer_error(conversation, "No model is loaded: fix the model settings in the sidebar, then press Regenerate.")
     else:
         stream_turn(client, conversation, settings)
+    st.rerun()  # redraw once so the sidebar (drawn before this turn) reflects the new last message

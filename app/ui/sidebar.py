@@ -70,10 +70,9 @@ def render(page: str, conversation: Conversation) -> SidebarState:
 
         st.subheader("Conversation")
         left, right = st.columns(2)
-        left.button("Clear", on_click=conversation.clear, width="stretch", key="clear",
-                    disabled=not conversation.messages)
+        left.button("Clear", on_click=conversation.clear, width="stretch", key="clear")
         right.button("Regenerate", on_click=_regenerate, args=(page, conversation), width="stretch",
-                     key="regenerate", disabled=conversation.last_user_index() is None)
+                     key="regenerate")
         _edit_last_message(page, conversation)
 
     result = SidebarState(
@@ -92,8 +91,12 @@ def render(page: str, conversation: Conversation) -> SidebarState:
 
 
 def _regenerate(page: str, conversation: Conversation) -> None:
-    if conversation.rewind_to_last_user() is not None:
-        state.request_turn(page)
+    # Buttons stay enabled: the sidebar renders before the page adds this run's messages, so a "disabled when
+    # empty" state would lag one run behind what the user sees.
+    if conversation.rewind_to_last_user() is None:
+        st.toast("Nothing to regenerate yet: send a message first.", icon=":material/info:")
+        return
+    state.request_turn(page)
 
 
 def _edit_last_message(page: str, conversation: Conversation) -> None:

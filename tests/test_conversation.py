@@ -1,0 +1,74 @@
+import json
+
+import pytest
+
+from app.conversation import AnswerMetrics, Conversation, Message, ToolCall
+
+
+def test_openai_round_trip_keeps_every_role_and_tool_call():
+    source = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Weather in Paris?"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"id": "call_1", "type": "function",
+                 "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris"})}}
+            ],
+        },
+        {"role": "tool", "content": "21 °C, sunny", "tool_call_id": "call_1", "name": "get_weather"},
+        {"role": "assistant", "content": "It is 21 °C and sunny."},
+    ]
+    conversation = Conversation.from_openai(source)
+    assert conversation.messages[2].tool_calls[0].arguments == {"city": "Paris"}
+    assert conversation.to_openai() == source
+
+
+def test_text_content_parts_are_joined_and_other_parts_refused():
+    message = Message.from_openai({"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]})
+    assert message.content == "ab"
+    with pytest.raises(ValueError, match="only text"):
+        Message.from_openai({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]})
+
+
+@pytest.mark.parametrize(
+    "bad, error",
+    [
+        ({"role": "wizard", "content": "x"}, "unknown role"),
+        ({"role": "assistant", "tool_calls": [{"function": {"arguments": "{}"}}]}, "function.name"),
+        ({"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{oops"}}]}, "not valid JSON"),
+        ({"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "[1]"}}]}, "JSON object"),
+        ({"role": "user", "content": 42}, "content must be"),
+        ("just a string", "JSON object"),
+    ],
+)
+def test_bad_messages_raise_clear_errors(bad, error):
+    with pytest.raises(ValueError, match=error):
+        Message.from_openai(bad)
+
+
+def test_system_prompt_replaces_stored_system_messages():
+    conversation = Conversation([Message("system", "old"), Message("user", "hi")])
+    assert conversation.to_openai("new") == [{"role": "system", "content": "new"}, {"role": "user", "content": "hi"}]
+
+
+def test_rewind_to_last_user_drops_answers_and_can_edit():
+    conversation = Conversation(
+        [Message("user", "one"), Message("assistant", "1"), Message("user", "two"), Message("assistant", "2")]
+    )
+    assert conversation.rewind_to_last_user("two, edited").content == "two, edited"
+    assert [m.content for m in conversation.messages] == ["one", "1", "two, edited"]
+    assert Conversation().rewind_to_last_user() is None
+
+
+def test_metrics_summary_names_stops_and_cuts():
+    metrics = AnswerMetrics(prompt_tokens=10, completion_tokens=5, time_to_first_token_s=0.2, tokens_per_second=12.5,
+                            finish_reason="cancelled")
+    assert metrics.summary() == "5 tokens · TTFT 0.20 s · 12.5 tok/s · prompt 10 tokens · stopped"
+    assert "cut at max new tokens" in AnswerMetrics(finish_reason="length").summary()
+    assert Message("assistant", metrics=metrics).stopped
+
+
+def test_tool_call_ids_are_unique():
+    assert ToolCall("f", {}).id != ToolCall("f", {}).id

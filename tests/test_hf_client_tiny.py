@@ -1,0 +1,201 @@
+"""The HF client on a tiny random model: every path that does not depend on the answer making sense."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from app.clients.base import ClientError, GenerationParams
+from app.clients.hf import HFClient
+from app.clients.incremental_streamer import IncrementalTextStreamer
+from app.config import ModelSettings
+
+GREEDY = GenerationParams(temperature=0.0, max_new_tokens=24)
+HELLO = [{"role": "user", "content": "Hello there"}]
+
+
+def collect(client, messages=HELLO, params=GREEDY, cancel=None):
+    deltas = list(client.stream(messages, params, cancel or threading.Event()))
+    return "".join(d.text for d in deltas), deltas
+
+
+def generate_ids(client, prompt_ids, n):
+    with torch.inference_mode():
+        out = client.model.generate(input_ids=torch.tensor([prompt_ids]), max_new_tokens=n, do_sample=False,
+                                    min_new_tokens=n, pad_token_id=0)
+    return out[0, len(prompt_ids):].tolist()
+
+
+def test_streamed_text_equals_one_shot_decode(tiny_client):
+    text, deltas = collect(tiny_client)
+    ids = generate_ids(tiny_client, tiny_client._render(HELLO), 24)
+    assert text == tiny_client.tokenizer.decode(ids, skip_special_tokens=True)
+    final = deltas[-1]
+    assert final.finish_reason == "length"
+    assert final.metrics.completion_tokens == 24
+    assert final.metrics.prompt_tokens == len(tiny_client._render(HELLO))
+    assert final.metrics.time_to_first_token_s > 0 and final.metrics.tokens_per_second > 0
+
+
+def test_incremental_detokeniser_handles_multibyte_characters(tiny_model_dir):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    text = "Zwölf Boxkämpfer 東京 café 🙂 naïve"
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    streamer = IncrementalTextStreamer(tokenizer)
+    streamer.put(torch.tensor([[0]]))  # the prompt, skipped
+    for token_id in ids:  # one token at a time, as generate() hands them over
+        streamer.put(torch.tensor([token_id]))
+    streamer.end()
+    chunks = list(streamer)
+    assert "".join(chunks) == text
+    assert not any("\ufffd" in chunk for chunk in chunks)
+    assert streamer.completion_tokens == len(ids)
+
+
+def test_greedy_is_deterministic_and_sampling_respects_seed(tiny_client):
+    assert collect(tiny_client)[0] == collect(tiny_client)[0]
+    sampled = GenerationParams(temperature=1.0, top_p=0.95, top_k=0, max_new_tokens=16, seed=7)
+    assert collect(tiny_client, params=sampled)[0] == collect(tiny_client, params=sampled)[0]
+
+
+def test_stop_string_cuts_the_answer_and_reports_stop(tiny_client):
+    full, _ = collect(tiny_client)
+    stop = full[10:14]
+    text, deltas = collect(tiny_client, params=GenerationParams(temperature=0.0, max_new_tokens=24, stop=(stop,)))
+    assert text == full[: full.index(stop)]
+    assert deltas[-1].finish_reason == "stop"
+    assert deltas[-1].metrics.completion_tokens < 24
+
+
+def test_cancel_midway_stops_the_worker_thread(tiny_client):
+    cancel = threading.Event()
+    seen = []
+    params = GenerationParams(temperature=0.0, max_new_tokens=400)
+    for delta in tiny_client.stream(HELLO, params, cancel):
+        seen.append(delta)
+        if len(seen) == 5:
+            cancel.set()
+    final = seen[-1]
+    assert final.finish_reason == "cancelled"
+    assert final.metrics.completion_tokens < 50
+    assert not [t for t in threading.enumerate() if t.name == "hf-generate"]
+
+
+def test_closing_the_stream_early_cancels_and_releases_the_model(tiny_client):
+    stream = tiny_client.stream(HELLO, GenerationParams(temperature=0.0, max_new_tokens=400), threading.Event())
+    first = next(d for d in stream if d.text)
+    stream.close()
+    assert first.metrics.finish_reason == "cancelled"
+    assert first.metrics.completion_tokens < 400
+    assert collect(tiny_client)[1][-1].finish_reason == "length"  # the lock was released
+
+
+def test_concurrent_sessions_are_serialised_and_not_mixed(tiny_client):
+    prompts = [[{"role": "user", "content": f"Question number {i}"}] for i in range(4)]
+    expected = [collect(tiny_client, p, GenerationParams(temperature=0.0, max_new_tokens=40))[0] for p in prompts]
+    results: dict[int, str] = {}
+
+    def worker(i):
+        results[i] = collect(tiny_client, prompts[i], GenerationParams(temperature=0.0, max_new_tokens=40))[0]
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert [results[i] for i in range(4)] == expected
+
+
+def test_a_waiting_session_is_told_and_can_cancel_while_waiting(tiny_client):
+    hold = threading.Event()
+    release = threading.Event()
+
+    def occupy():
+        for delta in tiny_client.stream(HELLO, GenerationParams(temperature=0.0, max_new_tokens=400), release):
+            hold.set()
+
+    holder = threading.Thread(target=occupy)
+    holder.start()
+    hold.wait(10)
+    cancel = threading.Event()
+    notices = []
+    started = time.monotonic()
+    for delta in tiny_client.stream(HELLO, GREEDY, cancel):
+        if delta.notice:
+            notices.append(delta.notice)
+            cancel.set()
+        if delta.finish_reason:
+            assert delta.finish_reason == "cancelled"
+    release.set()
+    holder.join(10)
+    assert notices and "Waiting" in notices[0]
+    assert time.monotonic() - started < 5
+
+
+def test_oldest_turns_are_dropped_to_fit_the_context_window(tiny_model_dir):
+    client = HFClient(ModelSettings(model_path=str(tiny_model_dir), max_context_tokens=120))
+    history = []
+    for i in range(6):
+        history += [{"role": "user", "content": f"Old question {i} about Paris"},
+                    {"role": "assistant", "content": f"Old answer {i} about Berlin weather"}]
+    messages = [{"role": "system", "content": "Be brief."}, *history, {"role": "user", "content": "New question"}]
+    text, deltas = collect(client, messages, GenerationParams(temperature=0.0, max_new_tokens=40))
+    notices = [d.notice for d in deltas if d.notice]
+    assert notices and "Dropped the" in notices[0] and "120-token context window" in notices[0]
+    final = deltas[-1].metrics
+    assert final.dropped_messages > 0 and final.prompt_tokens <= 120 - 40
+    assert final.completion_tokens == 40
+
+
+def test_a_message_longer_than_the_context_window_is_a_clear_error(tiny_model_dir):
+    client = HFClient(ModelSettings(model_path=str(tiny_model_dir), max_context_tokens=64))
+    with pytest.raises(ClientError, match="only 24 fit"):
+        collect(client, [{"role": "user", "content": "word " * 200}], GenerationParams(max_new_tokens=40))
+
+
+def test_stop_tokens_come_from_the_tokenizer_and_the_template(tiny_client):
+    im_end = tiny_client.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert tiny_client.stop_token_ids == [im_end]
+
+
+def test_generation_failure_in_the_thread_becomes_a_client_error(tiny_client, monkeypatch):
+    def broken(**kwargs):
+        raise RuntimeError("out of memory (simulated by the test)")
+
+    monkeypatch.setattr(tiny_client.model, "generate", broken)
+    with pytest.raises(ClientError, match="Generation failed: out of memory"):
+        collect(tiny_client)
+
+
+@pytest.mark.parametrize(
+    "path, message",
+    [("/no/such/model", "does not exist"), ("/tmp", "no config.json")],
+)
+def test_bad_model_paths_are_actionable_errors(path, message):
+    with pytest.raises(ClientError, match=message):
+        HFClient(ModelSettings(model_path=path))
+
+
+def test_corrupt_weights_are_reported_not_raised_raw(tiny_model_dir, tmp_path):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for item in tiny_model_dir.iterdir():
+        (broken / item.name).write_bytes(item.read_bytes())
+    (broken / "model.safetensors").write_bytes(b"not a safetensors file")
+    with pytest.raises(ClientError, match="Could not load the model"):
+        HFClient(ModelSettings(model_path=str(broken)))
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [({"temperature": -1}, "temperature"), ({"top_p": 0}, "top_p"), ({"top_k": -2}, "top_k"),
+     ({"max_new_tokens": 0}, "max_new_tokens"), ({"repetition_penalty": 0}, "repetition_penalty"),
+     ({"stop": ("",)}, "stop strings")],
+)
+def test_invalid_sampling_values_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        GenerationParams(**kwargs)

@@ -1,0 +1,80 @@
+"""Build a tiny, randomly initialised chat model in seconds: Qwen2 architecture, a byte-level BPE tokenizer
+trained in code, and a ChatML chat template that renders tools (Hermes style), like real Qwen models.
+
+Random weights produce nonsense text, but every code path (template, tokenizer, generate, streaming, stop
+tokens) is the real one. head_dim is 32 so vLLM's CPU kernels accept it too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"]
+
+CHAT_TEMPLATE = (
+    "{%- if messages and messages[0].role == 'system' %}{%- set system = messages[0].content %}"
+    "{%- set rest = messages[1:] %}{%- else %}{%- set system = '' %}{%- set rest = messages %}{%- endif %}"
+    "{%- if tools %}<|im_start|>system\n{{ system }}\n\n# Tools\n\nYou may call one or more functions.\n<tools>"
+    "{%- for tool in tools %}\n{{ tool | tojson }}{%- endfor %}\n</tools>\n\nFor each function call, return a json "
+    "object with function name and arguments within <tool_call></tool_call> XML tags.<|im_end|>\n"
+    "{%- elif system %}<|im_start|>system\n{{ system }}<|im_end|>\n{%- endif %}"
+    "{%- for message in rest %}"
+    "{%- if message.role == 'tool' %}<|im_start|>user\n<tool_response>\n{{ message.content }}\n</tool_response>"
+    "<|im_end|>\n"
+    "{%- else %}<|im_start|>{{ message.role }}\n{{ message.content or '' }}"
+    "{%- for call in message.tool_calls or [] %}\n<tool_call>\n{\"name\": \"{{ call.function.name }}\", "
+    "\"arguments\": {{ call.function.arguments }}}\n</tool_call>{%- endfor %}<|im_end|>\n{%- endif %}"
+    "{%- endfor %}{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}"
+)
+
+_CORPUS = [
+    "The capital of France is Paris. Paris is a city in Europe.",
+    "Hello! How can I help you today? I am a helpful assistant.",
+    "def add(a, b):\n    return a + b\n",
+    "The weather in Berlin is sunny, 21 degrees Celsius.",
+    '{"name": "get_weather", "arguments": {"city": "Paris"}}',
+    "Zwölf Boxkämpfer jagen Viktor quer über den großen Sylter Deich. 東京 café naïve résumé 🙂",
+    "Numbers: 0 1 2 3 4 5 6 7 8 9 10 100 1000. Punctuation: , . ; : ! ? ( ) [ ] { } < > / \\ | - _ + = * & ^ % $ # @",
+]
+
+
+def build_tiny_model(folder: Path, seed: int = 0) -> Path:
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    folder.mkdir(parents=True, exist_ok=True)
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=600, special_tokens=SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    backend.train_from_iterator(_CORPUS * 20, trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, eos_token="<|im_end|>", pad_token="<|endoftext|>", model_max_length=512
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.save_pretrained(folder)
+
+    torch.manual_seed(seed)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=32,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+    )
+    model = Qwen2ForCausalLM(config)
+    # Random weights would end answers at random; suppressing the special tokens makes lengths predictable.
+    # (Natural end-of-turn stops are tested on the real SmolLM2.)
+    model.generation_config.suppress_tokens = [tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS]
+    model.save_pretrained(folder, safe_serialization=True)
+    return folder
