@@ -75,8 +75,8 @@ class AnswerMetrics:
         parts.append(f"prompt {self.prompt_tokens} tokens")
         if self.finish_reason == "length":
             parts.append("cut at max new tokens")
-        elif self.finish_reason == "cancelled":
-            parts.append("stopped")
+        if self.dropped_messages:
+            parts.append(f"{self.dropped_messages} oldest messages left out to fit the context")
         return " · ".join(parts)
 
 

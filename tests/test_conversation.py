@@ -65,8 +65,9 @@ def test_rewind_to_last_user_drops_answers_and_can_edit():
 def test_metrics_summary_names_stops_and_cuts():
     metrics = AnswerMetrics(prompt_tokens=10, completion_tokens=5, time_to_first_token_s=0.2, tokens_per_second=12.5,
                             finish_reason="cancelled")
-    assert metrics.summary() == "5 tokens · TTFT 0.20 s · 12.5 tok/s · prompt 10 tokens · stopped"
+    assert metrics.summary() == "5 tokens · TTFT 0.20 s · 12.5 tok/s · prompt 10 tokens"
     assert "cut at max new tokens" in AnswerMetrics(finish_reason="length").summary()
+    assert "2 oldest messages left out" in AnswerMetrics(dropped_messages=2).summary()
     assert Message("assistant", metrics=metrics).stopped
 
 

@@ -13,7 +13,6 @@ from app.conversation import Conversation, Message
 from app.ui.sidebar import SidebarState
 
 _FLUSH_EVERY_S = 0.05  # re-render the growing answer at most 20 times a second
-_CURSOR = "▌"
 
 
 def render_message(message: Message) -> None:
@@ -44,7 +43,9 @@ def stream_turn(client: Client, conversation: Conversation, sidebar: SidebarStat
     """Stream an answer into a chat bubble.
 
     If the user presses Stop (or anything reruns the script), Streamlit raises inside a render call; closing the
-    event stream then cancels generation and the agent keeps the partial answer, marked stopped.
+    event stream then cancels generation and the agent keeps the partial answer, marked stopped. After Stop
+    Streamlit refuses every further render call, so the partial text is drawn without a cursor that could stay
+    behind, and the "Stopped" mark appears on the next rerun.
     """
     with st.chat_message("assistant"):
         notices = st.container()
@@ -58,7 +59,7 @@ def stream_turn(client: Client, conversation: Conversation, sidebar: SidebarStat
                     text += event.text
                     now = time.monotonic()
                     if now - last_flush >= _FLUSH_EVERY_S:
-                        body.markdown(text + _CURSOR)
+                        body.markdown(text)
                         last_flush = now
                 elif isinstance(event, Waiting):
                     body.markdown(":grey[waiting for the model...]")

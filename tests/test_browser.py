@@ -1,0 +1,114 @@
+"""The real thing: `streamlit run` on 127.0.0.1, Debian's headless Chromium driven by Playwright, SmolLM2."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--no-first-run", "--disable-sync"]
+
+if not Path(CHROMIUM).exists():
+    if os.environ.get("REQUIRE_BROWSER") == "1":
+        raise RuntimeError("REQUIRE_BROWSER=1 but /usr/bin/chromium is missing: apt-get install chromium")
+    pytest.skip("Debian's chromium is not installed (make test installs it when run as root)",
+                allow_module_level=True)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def app_url(smollm2_dir):
+    port = free_port()
+    env = {**os.environ, "DEMO_MODEL": str(smollm2_dir), "HF_HUB_OFFLINE": "1"}
+    # `timeout` makes sure the server stops by itself even if pytest is killed.
+    server = subprocess.Popen(
+        ["timeout", "900", sys.executable, "-m", "streamlit", "run", "app/main.py",
+         "--server.address", "127.0.0.1", "--server.port", str(port), "--server.headless", "true"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as reply:
+                if reply.status == 200:
+                    break
+        except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                server.kill()
+                raise RuntimeError(f"streamlit did not start:\n{server.stdout.read()}")
+            time.sleep(0.3)
+    yield url
+    server.terminate()
+    try:
+        server.wait(10)
+    except subprocess.TimeoutExpired:
+        server.kill()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        instance = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield instance
+        instance.close()
+
+
+def assistant_texts(page):
+    return page.locator('[data-testid="stChatMessage"]').all_inner_texts()
+
+
+def test_chat_streams_an_answer_and_can_be_stopped(app_url, browser):
+    ARTIFACTS.mkdir(exist_ok=True)
+    page = browser.new_page(viewport={"width": 1280, "height": 860})
+    page.goto(app_url)
+    page.get_by_text("SmolLM2-135M-Instruct").first.wait_for(timeout=120_000)  # status line: model loaded
+    box = page.get_by_test_id("stChatInputTextArea")
+
+    # Greedy, so the answer is the model's best one.
+    page.get_by_test_id("stSidebar").get_by_role("slider").first.focus()
+    page.keyboard.press("Home")
+    box.fill("What is the capital of France? Answer in one sentence.")
+    box.press("Enter")
+    answer = page.locator('[data-testid="stChatMessage"]').nth(1)
+    answer.get_by_text("tok/s").wait_for(timeout=120_000)
+    assert "Paris" in answer.inner_text()
+    page.screenshot(path=str(ARTIFACTS / "chat.png"), full_page=False)
+
+    # A long answer, stopped while it streams: the partial answer stays and is marked stopped.
+    box.fill("Write a very long story about a dragon who learns to cook.")
+    box.press("Enter")
+    story = page.locator('[data-testid="stChatMessage"]').nth(3)
+    deadline = time.monotonic() + 60
+    while len(story.inner_text()) < 40 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    page.get_by_test_id("stChatInputStopButton").click()  # submit_mode="stop" turns Send into Stop
+    time.sleep(1.0)
+    partial = story.inner_text()
+    time.sleep(1.5)
+    assert story.inner_text() == partial, "the answer kept growing after Stop"
+    # Any interaction reruns the page; the kept answer is then shown as stopped.
+    slider = page.get_by_test_id("stSidebar").get_by_role("slider").first
+    slider.focus()
+    page.keyboard.press("ArrowRight")
+    page.get_by_text("Stopped").first.wait_for(timeout=30_000)
+    assert partial.strip().splitlines()[0][:20] in story.inner_text()
+    page.screenshot(path=str(ARTIFACTS / "chat-stopped.png"), full_page=False)
+    page.close()
