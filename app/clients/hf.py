@@ -1,7 +1,9 @@
-"""Hugging Face transformers backend: one model per process, answers streamed from a worker thread.
+"""Hugging Face transformers backend: one model per process, answers streamed from one generation thread.
 
 Concurrent sessions are serialised with a lock (a CPU has nothing to gain from interleaving two generate
-calls); a waiting session is told so and can still cancel while it waits.
+calls); a waiting session is told so and can still cancel while it waits. Every generate() runs on the same
+long-lived thread: torch's CPU kernels keep per-thread OpenMP state, and a fresh thread per answer, or
+answers alternating between threads, measurably slowed decoding (bench/stream_overhead.py).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +117,7 @@ class HFClient:
         self.context_window = self._context_window()
         self.stop_token_ids = self._stop_token_ids()
         self._lock = threading.Lock()
+        self._generation_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-generate")
         log.info("Loaded %s on %s (%s), context %d", self.model_path, self.device, dtype, self.context_window)
 
     # ----- derived model facts -------------------------------------------------------------------------
@@ -247,10 +251,9 @@ class HFClient:
                 failure.append(exc)
                 streamer.end()
 
-        worker = threading.Thread(target=run, name="hf-generate", daemon=True)
         if params.seed is not None:
             torch.manual_seed(params.seed)
-        worker.start()
+        job = self._generation_thread.submit(run)
         read_to_end = False
         try:
             for chunk in streamer:
@@ -269,7 +272,7 @@ class HFClient:
             read_to_end = True
         finally:
             finished.set()
-            worker.join()
+            job.result()  # run() swallows its own exceptions, so this only waits for generate() to return
             cancelled = cancel.is_set() or not read_to_end
             self._finish_metrics(metrics, streamer, stop_filter, cancelled, max_new_tokens, started)
         if failure:
@@ -319,6 +322,7 @@ class HFClient:
 
     def close(self) -> None:
         with self._lock:
+            self._generation_thread.shutdown(wait=True)
             self.model = None  # type: ignore[assignment]
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
