@@ -1,7 +1,9 @@
 """One assistant turn as a stream of UI-agnostic events; the Streamlit pages and the API server render them.
 
-The turn always ends with the answer recorded in the conversation, also when the consumer stops reading
-(Stop button, closed browser tab): closing the event generator cancels generation and keeps the partial answer.
+With tools, a turn is a loop: generate → parse → validate → run the tool → append its result → generate again,
+for at most `max_rounds` generations. Every generation and every tool result is recorded in the conversation
+as it happens, also when the consumer stops reading (Stop button, closed tab): closing the event generator
+cancels the running generation or abandons the running tool call, and keeps what happened so far.
 """
 
 from __future__ import annotations
@@ -12,9 +14,13 @@ from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import dataclass
 
-from app.chat_format import process_input, process_response
-from app.clients.base import Client, ClientError, GenerationParams
-from app.conversation import AnswerMetrics, Conversation, Message
+from app.chat_format import process_input
+from app.clients.base import Client, ClientError, GenerationParams, ToolRequest
+from app.conversation import AnswerMetrics, Conversation, Message, ToolCall
+from app.tools.registry import ToolRegistry, ToolResult
+
+DEFAULT_MAX_ROUNDS = 4
+_TOOL_POLL_S = 0.1
 
 
 @dataclass
@@ -29,7 +35,26 @@ class Notice:
 
 @dataclass
 class Waiting:
-    """The backend is busy with another session; a UI uses this beat to stay responsive to Stop."""
+    """Nothing new yet (busy backend, running tool); a UI uses this beat to stay responsive to Stop."""
+
+
+@dataclass
+class ToolCallStarted:
+    call: ToolCall
+
+
+@dataclass
+class ToolCallFinished:
+    call: ToolCall
+    result: ToolResult
+    message: Message  # the tool message now in the conversation
+
+
+@dataclass
+class AnswerDone:
+    """One generation finished; its message (content, tool calls, metrics) is in the conversation."""
+
+    message: Message
 
 
 @dataclass
@@ -39,10 +64,27 @@ class TurnError:
 
 @dataclass
 class TurnDone:
-    message: Message
+    message: Message  # the last assistant message of the turn
 
 
-Event = TextDelta | Notice | Waiting | TurnError | TurnDone
+Event = TextDelta | Notice | Waiting | ToolCallStarted | ToolCallFinished | AnswerDone | TurnError | TurnDone
+
+
+@dataclass(frozen=True)
+class ToolSettings:
+    registry: ToolRegistry
+    choice: str = "auto"  # auto | none | required | a tool name; applies to the first generation of the turn
+    dialect: str | None = None
+    max_rounds: int = DEFAULT_MAX_ROUNDS
+
+    def request(self, round_index: int) -> ToolRequest:
+        # A forced choice holds for the first generation only, then the model may answer from the result
+        # (otherwise "required" would call tools forever); the last allowed round must answer in words.
+        if round_index + 1 >= self.max_rounds:
+            choice = "none"
+        else:
+            choice = self.choice if round_index == 0 else "auto"
+        return ToolRequest(tools=tuple(self.registry.schemas()), choice=choice, dialect=self.dialect)
 
 
 def run_turn(
@@ -51,14 +93,41 @@ def run_turn(
     params: GenerationParams,
     system_prompt: str = "",
     cancel: threading.Event | None = None,
+    tools: ToolSettings | None = None,
 ) -> Iterator[Event]:
-    """Answer the conversation's last message; append the answer (complete, partial or failed) to it."""
+    """Answer the conversation's last message, calling tools as the model asks; record everything in it."""
     cancel = cancel or threading.Event()
+    rounds = max(1, tools.max_rounds) if tools else 1
+    answer = Message(role="assistant")
+    for round_index in range(rounds):
+        request = tools.request(round_index) if tools and len(tools.registry.names) else None
+        answer = yield from _generate(client, conversation, params, system_prompt, cancel, request)
+        if answer.error or answer.stopped or not answer.tool_calls or tools is None:
+            break
+        for call in answer.tool_calls:
+            yield ToolCallStarted(call)
+            message = yield from _run_tool(tools.registry, conversation, call, cancel)
+            if message.error == "stopped":
+                yield TurnDone(answer)
+                return
+    yield TurnDone(answer)
+
+
+def _generate(
+    client: Client,
+    conversation: Conversation,
+    params: GenerationParams,
+    system_prompt: str,
+    cancel: threading.Event,
+    request: ToolRequest | None,
+) -> Iterator[Event]:
+    """One generation, streamed; returns the assistant message it appended."""
     answer = Message(role="assistant", metrics=AnswerMetrics())
     parts: list[str] = []
     started = time.perf_counter()
     try:
-        with closing(client.stream(process_input(conversation, system_prompt), params, cancel)) as deltas:
+        messages = process_input(conversation, system_prompt)
+        with closing(client.stream(messages, params, cancel, request)) as deltas:
             for delta in deltas:
                 answer.metrics = delta.metrics
                 if delta.notice:
@@ -66,6 +135,8 @@ def run_turn(
                 if delta.text:
                     parts.append(delta.text)
                     yield TextDelta(delta.text)
+                elif delta.tool_calls:
+                    answer.tool_calls = list(delta.tool_calls)
                 elif not delta.notice and not delta.finish_reason:
                     yield Waiting()
     except ClientError as exc:
@@ -81,9 +152,35 @@ def run_turn(
         _mark(answer, "cancelled", started)
         raise
     finally:
-        answer.content = process_response("".join(parts)).content
+        answer.content = "".join(parts).strip()
         conversation.add(answer)
-    yield TurnDone(answer)
+    yield AnswerDone(answer)
+    return answer
+
+
+def _run_tool(
+    registry: ToolRegistry, conversation: Conversation, call: ToolCall, cancel: threading.Event
+) -> Iterator[Event]:
+    """Run one call, beating while it runs; returns the tool message it appended (also when stopped)."""
+    message = Message(role="tool", tool_call_id=call.id, name=call.name)
+    running = registry.start(call.name, call.arguments)
+    result: ToolResult | None = None
+    try:
+        while (result := running.wait(_TOOL_POLL_S)) is None:
+            if cancel.is_set():
+                break
+            yield Waiting()
+    finally:
+        if result is None:  # Stop pressed or the consumer left while the tool ran
+            result = running.cancel()
+            message.error = "stopped"
+        message.content = result.for_model()
+        message.duration_s = result.duration_s
+        if not result.ok and message.error is None:
+            message.error = "failed"
+        conversation.add(message)
+    yield ToolCallFinished(call, result, message)
+    return message
 
 
 def _mark(answer: Message, reason: str, started: float) -> None:

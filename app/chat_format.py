@@ -1,33 +1,18 @@
 """Shared by every client: conversation -> prompt messages (`process_input`) and model text -> answer
 (`process_response`), plus fitting a prompt into the context window.
 
-Tool-call dialects plug in here: a dialect decides how tools and past calls are rendered and how a reply is
-parsed. Without tools the plain dialect applies: the reply is the answer text.
+Tool-call dialects (app/dialects/) decide how tools, past calls and results are rendered for a model family and
+how its replies are parsed; the clients apply them when they turn these messages into a prompt.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from app.conversation import Conversation, Message, ToolCall
-
-
-@dataclass
-class ParsedResponse:
-    content: str
-    tool_calls: list[ToolCall] = field(default_factory=list)
-
-
-class PlainDialect:
-    """No tools: the whole reply is content; stop strings are only what the user asked for."""
-
-    name = "plain"
-    stop_strings: tuple[str, ...] = ()
-
-    def parse(self, text: str) -> ParsedResponse:
-        return ParsedResponse(content=text.strip())
+from app.conversation import Conversation, Message
+from app.dialects import Dialect, ParsedResponse
 
 
 def process_input(conversation: Conversation, system_prompt: str = "") -> list[dict[str, Any]]:
@@ -48,8 +33,12 @@ def _belongs_in_prompt(message: Message) -> bool:
     return message.error is None and bool(message.content.strip() or message.tool_calls)
 
 
-def process_response(text: str, dialect: PlainDialect | None = None) -> ParsedResponse:
-    return (dialect or PlainDialect()).parse(text)
+def process_response(text: str, dialect: Dialect | None = None, tool_names: Sequence[str] = ()) -> ParsedResponse:
+    """A finished reply as content and tool calls. Without a dialect or tools the whole reply is content.
+    (Streaming clients use `dialect.stream_parser`, which yields the same result chunk by chunk.)"""
+    if dialect is None or not tool_names:
+        return ParsedResponse(content=text.strip())
+    return dialect.parse(text, tool_names)
 
 
 class PromptTooLong(ValueError):

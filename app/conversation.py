@@ -88,7 +88,8 @@ class Message:
     tool_call_id: str | None = None
     name: str | None = None
     metrics: AnswerMetrics | None = None
-    error: str | None = None
+    error: str | None = None  # assistant: why no answer; tool: "failed" or "stopped" (content has the details)
+    duration_s: float | None = None  # tool messages: how long the call ran
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:

@@ -21,7 +21,11 @@ st.set_page_config(page_title="Composite LLM demo", page_icon=":material/forum:"
 _PAGES_DIR = Path(__file__).parent / "pages"
 pages = {
     "chat": st.Page(_PAGES_DIR / "chat.py", title="Chat", icon=":material/chat:", default=True),
+    "tools": st.Page(_PAGES_DIR / "tools.py", title="Tools", icon=":material/build:"),
 }
+# Streamlit forgets a widget's value when a run does not draw it; keep the Tools settings across page switches.
+for key in [k for k in st.session_state if isinstance(k, str) and k.startswith("tools.")]:
+    st.session_state[key] = st.session_state[key]
 current = st.navigation(list(pages.values()))
 page_name = next(name for name, page in pages.items() if page.url_path == current.url_path)
 sidebar.render(page_name, state.conversation(page_name))

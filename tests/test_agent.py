@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from contextlib import closing
 
-from app.agent import TextDelta, TurnDone, TurnError, run_turn
+from app.agent import AnswerDone, TextDelta, TurnDone, TurnError, run_turn
 from app.clients.base import ClientError, GenerationParams
 from app.conversation import Conversation, Message
 
@@ -40,7 +40,10 @@ def test_leaving_mid_stream_keeps_the_partial_answer_marked_stopped(tiny_client)
 
 
 class FailingClient:
+    """Stands in for a backend whose server is down (cannot be made to fail on demand otherwise)."""
+
     backend = "failing"
+    dialect_name = None
 
     def __init__(self, exc):
         self.exc = exc
@@ -48,7 +51,7 @@ class FailingClient:
     def describe(self):
         return "failing"
 
-    def stream(self, messages, params, cancel):
+    def stream(self, messages, params, cancel, tools=None):
         raise self.exc
         yield  # pragma: no cover - makes this a generator
 
@@ -59,7 +62,7 @@ class FailingClient:
 def test_a_backend_error_ends_the_turn_once_and_keeps_the_conversation():
     conversation = Conversation([Message("user", "hi")])
     events = list(run_turn(FailingClient(ClientError("server unreachable")), conversation, PARAMS))
-    assert [type(e) for e in events] == [TurnError, TurnDone]
+    assert [type(e) for e in events] == [TurnError, AnswerDone, TurnDone]
     assert events[0].message == "server unreachable"
     assert [m.role for m in conversation.messages] == ["user", "assistant"]
     assert conversation.messages[-1].error == "server unreachable"

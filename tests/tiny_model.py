@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"]
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+TOOL_TAGS = ["<tool_call>", "</tool_call>"]  # added but not special, as in Qwen2.5: decoded text keeps them
 
 CHAT_TEMPLATE = (
     "{%- if messages and messages[0].role == 'system' %}{%- set system = messages[0].content %}"
@@ -23,7 +24,7 @@ CHAT_TEMPLATE = (
     "<|im_end|>\n"
     "{%- else %}<|im_start|>{{ message.role }}\n{{ message.content or '' }}"
     "{%- for call in message.tool_calls or [] %}\n<tool_call>\n{\"name\": \"{{ call.function.name }}\", "
-    "\"arguments\": {{ call.function.arguments }}}\n</tool_call>{%- endfor %}<|im_end|>\n{%- endif %}"
+    "\"arguments\": {{ call.function.arguments | tojson }}}\n</tool_call>{%- endfor %}<|im_end|>\n{%- endif %}"
     "{%- endfor %}{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}"
 )
 
@@ -54,6 +55,7 @@ def build_tiny_model(folder: Path, seed: int = 0) -> Path:
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=backend, eos_token="<|im_end|>", pad_token="<|endoftext|>", model_max_length=512
     )
+    tokenizer.add_tokens(TOOL_TAGS)
     tokenizer.chat_template = CHAT_TEMPLATE
     tokenizer.save_pretrained(folder)
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from app.conversation import AnswerMetrics
+from app.conversation import AnswerMetrics, ToolCall
 
 
 class ClientError(RuntimeError):
@@ -49,6 +49,44 @@ class GenerationParams:
         return self.temperature == 0.0
 
 
+@dataclass(frozen=True)
+class ToolRequest:
+    """The tools a reply may call, as in the OpenAI API.
+
+    `choice`: "auto" (the model decides), "none" (no calls; tools left out of the prompt), "required" (at least
+    one call, forced by constrained decoding where the backend can) or a tool's name (that call, forced).
+    `dialect`: a tool-call dialect name overriding the one detected from the model's chat template.
+    """
+
+    tools: tuple[dict[str, Any], ...] = ()
+    choice: str = "auto"
+    dialect: str | None = None
+
+    def __post_init__(self) -> None:
+        names = self.names
+        if self.choice not in ("auto", "none", "required") and self.choice not in names:
+            raise ValueError(f"tool_choice {self.choice!r} is neither auto, none, required nor one of the tools "
+                             f"({', '.join(names) or 'no tools given'})")
+        if self.choice == "required" and not names:
+            raise ValueError("tool_choice 'required' needs at least one tool")
+
+    @property
+    def names(self) -> list[str]:
+        return [tool["function"]["name"] for tool in self.tools]
+
+    @property
+    def active_tools(self) -> list[dict[str, Any]]:
+        """The tools to show the model: none for "none"."""
+        return [] if self.choice == "none" else list(self.tools)
+
+    @property
+    def forced_tools(self) -> list[dict[str, Any]]:
+        """The tools one of which must be called: all for "required", one for a named choice, none otherwise."""
+        if self.choice == "required":
+            return list(self.tools)
+        return [tool for tool in self.tools if tool["function"]["name"] == self.choice]
+
+
 @dataclass
 class Delta:
     """One step of a streamed answer.
@@ -61,12 +99,14 @@ class Delta:
     notice: str | None = None
     finish_reason: str | None = None
     metrics: AnswerMetrics = field(default_factory=AnswerMetrics)
+    tool_calls: list[ToolCall] = field(default_factory=list)  # on the last delta: the calls the reply made
 
 
 class Client(Protocol):
     """A loaded backend. One instance serves every browser session of the process."""
 
     backend: str
+    dialect_name: str | None  # the tool-call dialect detected for the model (None: the server parses calls)
 
     def describe(self) -> str:
         """One line for the status bar: backend, model, device."""
@@ -77,8 +117,10 @@ class Client(Protocol):
         messages: list[dict[str, Any]],
         params: GenerationParams,
         cancel: threading.Event,
+        tools: ToolRequest | None = None,
     ) -> Iterator[Delta]:
-        """Stream an answer to OpenAI-format `messages`; stop soon after `cancel` is set or the iterator closes."""
+        """Stream an answer to OpenAI-format `messages`; stop soon after `cancel` is set or the iterator closes.
+        Text deltas never contain tool-call text; the calls come on the last delta (finish_reason "tool_calls")."""
         ...
 
     def close(self) -> None:

@@ -20,11 +20,13 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, StoppingCriteria, StoppingCriteriaList
 
 from app.chat_format import PromptTooLong, fit_to_context
-from app.clients.base import ClientError, Delta, GenerationParams
+from app.clients.base import ClientError, Delta, GenerationParams, ToolRequest
+from app.clients.constrained import ConstrainedDecoding
 from app.clients.incremental_streamer import IncrementalTextStreamer
 from app.clients.stop_strings import StopStringFilter
 from app.config import ModelSettings, offline_by_default
-from app.conversation import AnswerMetrics
+from app.conversation import AnswerMetrics, ToolCall
+from app.dialects import Dialect, StreamParser, detect_dialect, get_dialect
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +37,8 @@ FALLBACK_CHAT_TEMPLATE = (
 )
 _WAIT_NOTICE_AFTER_S = 0.5
 _PROBE = "\u2063probe-answer\u2063"
+_PROBE_TOOL = {"type": "function", "function": {"name": "probe_tool_7f3a", "description": "Probe.",
+                                                "parameters": {"type": "object", "properties": {}}}}
 
 
 class CancelCriteria(StoppingCriteria):
@@ -115,7 +119,12 @@ class HFClient:
         if self.uses_fallback_template:
             self.tokenizer.chat_template = FALLBACK_CHAT_TEMPLATE
         self.context_window = self._context_window()
+        self.dialect = detect_dialect(self.tokenizer.chat_template)
+        self.dialect_name = self.dialect.name
+        self.native_tools = self._template_renders_tools(self.dialect)
+        self.tool_role = self._template_accepts_tool_role()
         self.stop_token_ids = self._stop_token_ids()
+        self._constrained = ConstrainedDecoding(self.tokenizer, self.model, self.stop_token_ids)
         self._lock = threading.Lock()
         self._generation_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-generate")
         log.info("Loaded %s on %s (%s), context %d", self.model_path, self.device, dtype, self.context_window)
@@ -143,7 +152,36 @@ class HFClient:
         end_of_turn = self._end_of_turn_token_id()
         if end_of_turn is not None and end_of_turn not in ids:
             ids.append(end_of_turn)
+        for text in self.dialect.stop_strings:  # e.g. GLM-4's <|observation|>, which ends a reply after a call
+            token_id = self._single_token_id(text)
+            if token_id is not None and token_id not in ids:
+                ids.append(token_id)
         return ids
+
+    def _single_token_id(self, text: str) -> int | None:
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return ids[0] if len(ids) == 1 else None
+
+    def _template_accepts_tool_role(self) -> bool:
+        messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x"},
+                    {"role": "tool", "content": _PROBE}]
+        try:
+            text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        except Exception:  # templates that insist on user/assistant alternation
+            return False
+        return isinstance(text, str) and _PROBE in text
+
+    def _template_renders_tools(self, dialect: Dialect) -> bool:
+        """Does the chat template show tools to the model? If not (SmolLM2, base models), the dialect's fallback
+        system prompt describes them instead."""
+        try:
+            prompt = dialect.render([{"role": "user", "content": "hi"}], [_PROBE_TOOL], native=True)
+            text = self.tokenizer.apply_chat_template(
+                prompt.messages, tools=prompt.tools, add_generation_prompt=True, tokenize=False
+            )
+        except Exception:  # a template that rejects tools cannot render them
+            return False
+        return isinstance(text, str) and _PROBE_TOOL["function"]["name"] in text
 
     def _end_of_turn_token_id(self) -> int | None:
         """Render a one-answer chat and look at the first token after the answer: a special token there closes
@@ -168,21 +206,37 @@ class HFClient:
         template = ", generic chat template" if self.uses_fallback_template else ""
         return f"transformers · {name} · {self.device} · {self.model.dtype}{template} · context {self.context_window}"
 
+    def dialect_for(self, tools: ToolRequest | None) -> Dialect:
+        if tools is not None and tools.dialect:
+            try:
+                return get_dialect(tools.dialect)
+            except ValueError as exc:
+                raise ClientError(str(exc)) from exc
+        return self.dialect
+
     # ----- prompting -------------------------------------------------------------------------------------
 
-    def count_prompt_tokens(self, messages: list[dict[str, Any]]) -> int:
-        return len(self._render(messages))
+    def count_prompt_tokens(self, messages: list[dict[str, Any]], tools: ToolRequest | None = None) -> int:
+        return len(self._render(messages, tools))
 
-    def _render(self, messages: list[dict[str, Any]]) -> list[int]:
+    def _render(self, messages: list[dict[str, Any]], tools: ToolRequest | None = None) -> list[int]:
+        """Prompt token ids: the dialect puts tools, past calls and results where this model expects them."""
+        prompt = self.dialect_for(tools).render(
+            messages, tools.active_tools if tools else None, self.native_tools, self.tool_role
+        )
         encoded = self.tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, tokenize=True, return_dict=True
+            prompt.messages, tools=prompt.tools, add_generation_prompt=True, tokenize=True, return_dict=True
         )
         return list(encoded["input_ids"])
 
     # ----- generation ------------------------------------------------------------------------------------
 
     def stream(
-        self, messages: list[dict[str, Any]], params: GenerationParams, cancel: threading.Event
+        self,
+        messages: list[dict[str, Any]],
+        params: GenerationParams,
+        cancel: threading.Event,
+        tools: ToolRequest | None = None,
     ) -> Iterator[Delta]:
         metrics = AnswerMetrics()
         started = time.perf_counter()
@@ -199,7 +253,7 @@ class HFClient:
                 notice = "Waiting for another session's answer to finish..." if first else None
                 yield Delta(notice=notice, metrics=metrics)
         try:
-            yield from self._generate_locked(messages, params, cancel, metrics, started)
+            yield from self._generate_locked(messages, params, cancel, metrics, started, tools)
         finally:
             self._lock.release()
 
@@ -210,12 +264,16 @@ class HFClient:
         cancel: threading.Event,
         metrics: AnswerMetrics,
         started: float,
+        tools: ToolRequest | None,
     ) -> Iterator[Delta]:
+        dialect = self.dialect_for(tools)
         # Reserve room for the answer, but never more than half the window: a large "max new tokens" on a small
         # model should shorten the answer's room, not drop the whole history.
         reserve = min(params.max_new_tokens, max(1, self.context_window // 2))
         try:
-            fitted = fit_to_context(messages, self.count_prompt_tokens, self.context_window - reserve)
+            fitted = fit_to_context(
+                messages, lambda candidate: self.count_prompt_tokens(candidate, tools), self.context_window - reserve
+            )
         except PromptTooLong as exc:
             raise ClientError(str(exc)) from exc
         except Exception as exc:  # a template that cannot render these messages
@@ -231,10 +289,24 @@ class HFClient:
             )
 
         finished = threading.Event()  # set when the consumer goes away: stops generate() too
-        stop_filter = StopStringFilter(params.stop)
+        active_tools = tools.active_tools if tools else []
+        # A dialect stop string that is not one token of this vocabulary is matched on the text instead.
+        text_stops = [s for s in dialect.stop_strings if self._single_token_id(s) not in self.stop_token_ids]
+        stop_filter = StopStringFilter((*params.stop, *text_stops) if active_tools else params.stop)
+        parser: StreamParser | None = (
+            dialect.stream_parser([tool["function"]["name"] for tool in active_tools]) if active_tools else None
+        )
         streamer = IncrementalTextStreamer(self.tokenizer, on_token=lambda n: setattr(metrics, "completion_tokens", n))
-        input_ids = torch.tensor([self._render(fitted.messages)], device=self.model.device)
+        input_ids = torch.tensor([self._render(fitted.messages, tools)], device=self.model.device)
         generate_kwargs = self._generate_kwargs(params, max_new_tokens)
+        forced = tools.forced_tools if tools else []
+        if forced:
+            try:
+                generate_kwargs["logits_processor"] = self._constrained.logits_processors(
+                    [dialect.constrained_call(tool) for tool in forced]
+                )
+            except Exception as exc:  # a schema the grammar engine cannot compile
+                raise ClientError(f"Could not build the tool-call grammar: {exc}") from exc
         generate_kwargs.update(
             input_ids=input_ids,
             attention_mask=torch.ones_like(input_ids),
@@ -255,18 +327,24 @@ class HFClient:
             torch.manual_seed(params.seed)
         job = self._generation_thread.submit(run)
         read_to_end = False
+        calls: list[ToolCall] = []
         try:
             for chunk in streamer:
+                if metrics.time_to_first_token_s is None:
+                    metrics.time_to_first_token_s = time.perf_counter() - started
                 visible = stop_filter.feed(chunk)
+                if parser is not None and visible:
+                    visible = parser.feed(visible)
                 if visible:
-                    if metrics.time_to_first_token_s is None:
-                        metrics.time_to_first_token_s = time.perf_counter() - started
                     yield Delta(text=visible, metrics=metrics)
                 if stop_filter.stopped:
                     # Our own text-level match (transformers' stop_strings criterion also fires on a token
                     # that merely ends with the start of a stop string); generate() ends at the next token.
                     finished.set()
             tail = stop_filter.flush()
+            if parser is not None:
+                tail = parser.feed(tail) + parser.finish()[0]
+                calls = parser.calls
             if tail:
                 yield Delta(text=tail, metrics=metrics)
             read_to_end = True
@@ -277,7 +355,14 @@ class HFClient:
             self._finish_metrics(metrics, streamer, stop_filter, cancelled, max_new_tokens, started)
         if failure:
             raise ClientError(f"Generation failed: {failure[0]}") from failure[0]
-        yield Delta(finish_reason=metrics.finish_reason, metrics=metrics)
+        if forced and not calls and metrics.finish_reason == "length":
+            raise ClientError(
+                f"The model did not finish the tool call within {max_new_tokens} new tokens. Raise 'Max new tokens' "
+                "and try again."
+            )
+        if calls:
+            metrics.finish_reason = "tool_calls"
+        yield Delta(finish_reason=metrics.finish_reason, metrics=metrics, tool_calls=list(calls))
 
     def _generate_kwargs(self, params: GenerationParams, max_new_tokens: int) -> dict[str, Any]:
         kwargs: dict[str, Any] = {

@@ -1,28 +1,83 @@
-"""Rendering a conversation and streaming one turn into it."""
+"""Rendering a conversation (with tool-call cards) and streaming one turn into it."""
 
 from __future__ import annotations
 
+import json
 import time
 from contextlib import closing
 
 import streamlit as st
 
-from app.agent import Notice, TextDelta, TurnDone, TurnError, Waiting, run_turn
+from app.agent import (
+    AnswerDone,
+    Notice,
+    TextDelta,
+    ToolCallFinished,
+    ToolCallStarted,
+    ToolSettings,
+    TurnDone,
+    TurnError,
+    Waiting,
+    run_turn,
+)
 from app.clients.base import Client
-from app.conversation import Conversation, Message
+from app.conversation import Conversation, Message, ToolCall
 from app.ui.sidebar import SidebarState
 
 _FLUSH_EVERY_S = 0.05  # re-render the growing answer at most 20 times a second
 
 
+def render_history(conversation: Conversation) -> None:
+    """User messages in their own bubbles; everything the assistant did for one question (answers, tool calls and
+    their results) in one assistant bubble."""
+    results = {m.tool_call_id: m for m in conversation.messages if m.role == "tool"}
+    bubble = None
+    for message in conversation.messages:
+        if message.role in ("user", "system"):
+            bubble = None
+            render_message(message)
+        elif message.role == "assistant":
+            bubble = bubble or st.chat_message("assistant")
+            with bubble:
+                _render_answer(message, results)
+
+
 def render_message(message: Message) -> None:
     with st.chat_message(message.role):
-        if message.content:
-            st.markdown(message.content)
-        if message.error:
-            st.error(message.error, icon=":material/error:")
-        if message.metrics is not None and message.role == "assistant" and not message.error:
-            _metrics_caption(message)
+        _render_answer(message, {})
+
+
+def _render_answer(message: Message, results: dict[str | None, Message]) -> None:
+    if message.content:
+        st.markdown(message.content)
+    if message.error:
+        st.error(message.error, icon=":material/error:")
+    for call in message.tool_calls:
+        result = results.get(call.id)
+        with st.status(_card_label(call, result), state=_card_state(result), expanded=False):
+            _card_body(call, result)
+    if message.metrics is not None and message.role == "assistant" and not message.error:
+        _metrics_caption(message)
+
+
+def _card_label(call: ToolCall, result: Message | None) -> str:
+    if result is None:
+        return f"{call.name} · no result"
+    took = f" · {result.duration_s:.2f} s" if result.duration_s is not None else ""
+    outcome = {"stopped": " · stopped", "failed": " · failed"}.get(result.error or "", "")
+    return f"{call.name}{took}{outcome}"
+
+
+def _card_state(result: Message | None) -> str:
+    return "complete" if result is not None and result.error is None else "error"
+
+
+def _card_body(call: ToolCall, result: Message | None) -> None:
+    st.caption("Arguments")
+    st.code(json.dumps(call.arguments, indent=2, ensure_ascii=False), language="json", wrap_lines=True)
+    if result is not None:
+        st.caption("Result")
+        st.code(result.content, language="text", wrap_lines=True)
 
 
 def _metrics_caption(message: Message) -> None:
@@ -34,25 +89,24 @@ def _metrics_caption(message: Message) -> None:
         st.caption(summary)
 
 
-def render_history(conversation: Conversation) -> None:
-    for message in conversation.messages:
-        render_message(message)
-
-
-def stream_turn(client: Client, conversation: Conversation, sidebar: SidebarState) -> None:
-    """Stream an answer into a chat bubble.
+def stream_turn(
+    client: Client, conversation: Conversation, sidebar: SidebarState, tools: ToolSettings | None = None
+) -> None:
+    """Stream a turn into an assistant bubble: text as it comes, a live card per tool call.
 
     If the user presses Stop (or anything reruns the script), Streamlit raises inside a render call; closing the
-    event stream then cancels generation and the agent keeps the partial answer, marked stopped. After Stop
-    Streamlit refuses every further render call, so the partial text is drawn without a cursor that could stay
-    behind, and the "Stopped" mark appears on the next rerun.
+    event stream then cancels generation (or abandons the running tool) and the agent keeps what happened so far,
+    marked stopped. After Stop Streamlit refuses every further render call, so the "Stopped" mark appears on the
+    next rerun.
     """
     with st.chat_message("assistant"):
         notices = st.container()
         body = st.empty()
         text = ""
         last_flush = 0.0
-        events = run_turn(client, conversation, sidebar.params, sidebar.system_prompt)
+        card = None
+        card_started = 0.0
+        events = run_turn(client, conversation, sidebar.params, sidebar.system_prompt, tools=tools)
         with closing(events):
             for event in events:
                 if isinstance(event, TextDelta):
@@ -62,16 +116,37 @@ def stream_turn(client: Client, conversation: Conversation, sidebar: SidebarStat
                         body.markdown(text)
                         last_flush = now
                 elif isinstance(event, Waiting):
-                    body.markdown(":grey[waiting for the model...]")
+                    if card is not None:
+                        card.update(label=f"Running {card_name}... {time.monotonic() - card_started:.1f} s")
+                    else:
+                        body.markdown(text or ":grey[waiting for the model...]")
                 elif isinstance(event, Notice):
                     notices.caption(event.text)
+                elif isinstance(event, AnswerDone):
+                    body.markdown(event.message.content or "")
+                    if not event.message.error and (event.message.content or event.message.tool_calls):
+                        _metrics_caption(event.message)
+                    text = ""
+                elif isinstance(event, ToolCallStarted):
+                    card_name, card_started = event.call.name, time.monotonic()
+                    card = st.status(f"Running {card_name}...", state="running", expanded=True)
+                    with card:
+                        st.caption("Arguments")
+                        st.code(json.dumps(event.call.arguments, indent=2, ensure_ascii=False), language="json",
+                                wrap_lines=True)
+                elif isinstance(event, ToolCallFinished):
+                    assert card is not None
+                    with card:
+                        st.caption("Result")
+                        st.code(event.message.content, language="text", wrap_lines=True)
+                    card.update(label=_card_label(event.call, event.message), state=_card_state(event.message),
+                                expanded=False)
+                    card = None
+                    body = st.empty()  # the next answer goes below the card
                 elif isinstance(event, TurnError):
-                    body.markdown(text)
                     st.error(event.message, icon=":material/error:")
                 elif isinstance(event, TurnDone):
-                    body.markdown(event.message.content or text)
-                    if not event.message.error:
-                        _metrics_caption(event.message)
+                    pass
 
 
 def answer_error(conversation: Conversation, reason: str) -> None:

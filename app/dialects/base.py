@@ -1,0 +1,197 @@
+"""What every tool-call dialect provides, and the parts they share.
+
+A dialect knows three things about a model family: how tools, past calls and tool results go into the prompt
+(`render`), what a call looks like in the model's output (`stream_parser`, which also gives the final parse),
+and the exact text of a call (`constrained_call`, used to force a call with a grammar).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.conversation import ToolCall
+
+
+@dataclass
+class ParsedResponse:
+    content: str
+    tool_calls: list[ToolCall] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ConstrainedCall:
+    """One allowed call: literal `prefix`, then JSON matching `schema` (the tool's parameters), then `suffix`."""
+
+    name: str
+    prefix: str
+    schema: dict[str, Any]
+    suffix: str
+
+
+@dataclass
+class RenderedPrompt:
+    """Messages and tools ready for `tokenizer.apply_chat_template(messages, tools=tools)`."""
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+
+
+class StreamParser(ABC):
+    """Splits a streamed reply into visible text and tool calls.
+
+    `feed` returns the text that can be shown now, holding back anything that may still turn out to be a call;
+    `finish` returns the rest of the visible text and the final parse. The visible pieces joined (stripped) are
+    always the final content, however the stream was chunked.
+    """
+
+    def __init__(self, tool_names: Sequence[str]) -> None:
+        self.tool_names = tuple(tool_names)
+        self.calls: list[ToolCall] = []
+        self.shown: list[str] = []
+
+    def feed(self, chunk: str) -> str:
+        visible = self._feed(chunk)
+        self.shown.append(visible)
+        return visible
+
+    def finish(self) -> tuple[str, ParsedResponse]:
+        tail = self._finish()
+        self.shown.append(tail)
+        return tail, ParsedResponse(content="".join(self.shown).strip(), tool_calls=self.calls)
+
+    @abstractmethod
+    def _feed(self, chunk: str) -> str: ...
+
+    @abstractmethod
+    def _finish(self) -> str: ...
+
+
+class Dialect(ABC):
+    name: str
+    label: str
+    stop_strings: tuple[str, ...] = ()  # end a reply after a call (e.g. GLM-4's <|observation|>)
+
+    @abstractmethod
+    def stream_parser(self, tool_names: Sequence[str]) -> StreamParser: ...
+
+    @abstractmethod
+    def constrained_call(self, tool: dict[str, Any]) -> ConstrainedCall:
+        """The exact text of a call to `tool` (an OpenAI function schema), as prefix + JSON arguments + suffix."""
+
+    @abstractmethod
+    def call_text(self, call: ToolCall) -> str:
+        """A past call written the way this model family writes it (for prompts that render calls as text)."""
+
+    @abstractmethod
+    def format_instructions(self) -> str:
+        """How to call a tool, for the fallback system prompt of templates that know no tools."""
+
+    def parse(self, text: str, tool_names: Sequence[str]) -> ParsedResponse:
+        parser = self.stream_parser(tool_names)
+        parser.feed(text)
+        return parser.finish()[1]
+
+    def render(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        native: bool,
+        tool_role: bool = True,
+    ) -> RenderedPrompt:
+        """Prompt messages for this dialect. `native`: the chat template renders tools itself; `tool_role`: it
+        accepts a message in the `tool` role (used by the fallback; otherwise results go in a user message)."""
+        normalised = [_with_dict_arguments(message) for message in messages]
+        if not tools and not any(m.get("tool_calls") or m.get("role") == "tool" for m in normalised):
+            return RenderedPrompt(normalised, None)
+        if native:
+            return self.render_native(normalised, tools or None)
+        return self.render_fallback(normalised, tools or [], tool_role)
+
+    def render_native(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> RenderedPrompt:
+        return RenderedPrompt(messages, tools)
+
+    def render_fallback(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], tool_role: bool = True
+    ) -> RenderedPrompt:
+        """For templates that render no tools: describe the tools in the system prompt, write past calls as text
+        and keep results in the tool role (generic templates such as SmolLM2's ChatML render any role; small
+        models answered from a `tool` turn far better than from a user turn that quotes the result)."""
+        out: list[dict[str, Any]] = []
+        has_system = bool(messages) and messages[0].get("role") == "system"
+        system = (messages[0].get("content") or "") if has_system else ""
+        rest = messages[1:] if has_system else messages
+        if tools:
+            listing = "\n".join(json.dumps(tool["function"], ensure_ascii=False) for tool in tools)
+            system = (system + "\n\n" if system else "") + (
+                "You can call these tools:\n" + listing + "\n\n" + self.format_instructions()
+            )
+        if system:
+            out.append({"role": "system", "content": system})
+        for message in rest:
+            if message.get("role") == "assistant" and message.get("tool_calls"):
+                calls = "\n".join(self.call_text(ToolCall.from_openai(call)) for call in message["tool_calls"])
+                text = ((message.get("content") or "") + "\n" + calls).strip()
+                out.append({"role": "assistant", "content": text})
+            elif message.get("role") == "tool" and tool_role:
+                out.append({"role": "tool", "content": message.get("content") or ""})
+            elif message.get("role") == "tool":
+                out.append({"role": "user", "content": f"Result of {message.get('name') or 'the tool'}: "
+                                                       f"{message.get('content') or ''}"})
+            else:
+                out.append(message)
+        return RenderedPrompt(out, None)
+
+
+def _with_dict_arguments(message: dict[str, Any]) -> dict[str, Any]:
+    """Chat templates expect call arguments as a mapping (they `tojson` it); OpenAI messages carry a string."""
+    if not message.get("tool_calls"):
+        return dict(message)
+    message = copy.deepcopy(message)
+    for call in message["tool_calls"]:
+        function = call.get("function") or {}
+        if isinstance(function.get("arguments"), str):
+            try:
+                function["arguments"] = json.loads(function["arguments"] or "{}")
+            except json.JSONDecodeError:
+                function["arguments"] = {}
+    return message
+
+
+def call_from_json(data: Any, tool_names: Sequence[str], require_known: bool, arguments_keys: Sequence[str]) -> ToolCall | None:
+    """A ToolCall from a decoded {"name": ..., "<arguments key>": {...}} object, or None if it is not one."""
+    if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not data["name"].strip():
+        return None
+    name = data["name"].strip()
+    if require_known and name not in tool_names:
+        return None
+    arguments: Any = {}
+    for key in arguments_keys:
+        if key in data:
+            arguments = data[key]
+            break
+    if isinstance(arguments, str):  # some models double-encode the arguments
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError:
+            return None
+    if arguments is None:
+        arguments = {}
+    if not isinstance(arguments, dict):
+        return None
+    extra = set(data) - {"name", *arguments_keys}
+    if extra:
+        return None
+    return ToolCall(name=name, arguments=arguments)
+
+
+def longest_prefix_suffix(text: str, marker: str) -> int:
+    """Length of the longest end of `text` that is a proper start of `marker` (to hold back a partial tag)."""
+    for size in range(min(len(text), len(marker) - 1), 0, -1):
+        if marker.startswith(text[-size:]):
+            return size
+    return 0

@@ -1,0 +1,49 @@
+"""Forcing a tool call with a grammar (tool_choice "required" or a named tool).
+
+The grammar is built with xgrammar from the dialect's exact call text: literal prefix, the tool's JSON Schema,
+literal suffix, one alternative per allowed tool. `ebnf()` gives the same grammar as text, which is what vLLM's
+structured outputs accept, so every local backend constrains calls identically.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import xgrammar as xgr
+
+from app.dialects.base import ConstrainedCall
+
+
+def _literal(text: str) -> xgr.Grammar:
+    return xgr.Grammar.from_ebnf(f"root ::= {json.dumps(text, ensure_ascii=False)}")
+
+
+# xgrammar's JSON numbers allow unbounded digits, and a small model under a constraint happily writes
+# "10.000000000..." until it runs out of tokens. Cap the digits of integer and fraction parts (15 is all a double
+# holds). If a future xgrammar spells these rules differently the replacements simply do not match.
+_DIGIT_CAPS = (("[0-9]*", "[0-9]{0, 15}"), ("basic_number_digits{1, -1}", "basic_number_digits{1, 15}"))
+
+
+def call_grammar(calls: Sequence[ConstrainedCall]) -> xgr.Grammar:
+    return xgr.Grammar.from_ebnf(call_ebnf(calls))
+
+
+def call_ebnf(calls: Sequence[ConstrainedCall]) -> str:
+    text = str(_unbounded_call_grammar(calls))
+    for unbounded, capped in _DIGIT_CAPS:
+        text = text.replace(unbounded, capped)
+    return text
+
+
+def _unbounded_call_grammar(calls: Sequence[ConstrainedCall]) -> xgr.Grammar:
+    if not calls:
+        raise ValueError("a constrained call needs at least one tool")
+    alternatives = []
+    for call in calls:
+        parts = [_literal(call.prefix)] if call.prefix else []
+        parts.append(xgr.Grammar.from_json_schema(json.dumps(call.schema), any_whitespace=False, strict_mode=True))
+        if call.suffix:
+            parts.append(_literal(call.suffix))
+        alternatives.append(xgr.Grammar.concat(*parts) if len(parts) > 1 else parts[0])
+    return xgr.Grammar.union(*alternatives) if len(alternatives) > 1 else alternatives[0]

@@ -1,0 +1,84 @@
+"""Hermes / Qwen: calls are JSON objects between <tool_call> tags, one or several per reply, text around them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from app.conversation import ToolCall
+from app.dialects.base import ConstrainedCall, Dialect, StreamParser, call_from_json, longest_prefix_suffix
+
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
+
+
+class HermesParser(StreamParser):
+    def __init__(self, tool_names: Sequence[str]) -> None:
+        super().__init__(tool_names)
+        self._pending = ""  # text not yet shown
+        self._inside = False  # within an open <tool_call> block
+
+    def _feed(self, chunk: str) -> str:
+        self._pending += chunk
+        shown: list[str] = []
+        while True:
+            if not self._inside:
+                at = self._pending.find(OPEN)
+                if at < 0:
+                    keep = longest_prefix_suffix(self._pending, OPEN)
+                    shown.append(self._pending[: len(self._pending) - keep])
+                    self._pending = self._pending[len(self._pending) - keep :]
+                    return "".join(shown)
+                shown.append(self._pending[:at])
+                self._pending = self._pending[at:]
+                self._inside = True
+            end = self._pending.find(CLOSE, len(OPEN))
+            if end < 0:
+                return "".join(shown)
+            block = self._pending[: end + len(CLOSE)]
+            self._pending = self._pending[end + len(CLOSE) :]
+            self._inside = False
+            if not self._take(block[len(OPEN) : -len(CLOSE)]):
+                shown.append(block)  # not a valid call: it is text after all
+
+    def _finish(self) -> str:
+        pending, self._pending = self._pending, ""
+        if self._inside and self._take(pending[len(OPEN) :]):
+            return ""  # a complete call whose closing tag was cut by a stop string
+        return pending
+
+    def _take(self, body: str) -> bool:
+        try:
+            data = json.loads(body)
+        except json.JSONDecodeError:
+            return False
+        call = call_from_json(data, self.tool_names, require_known=False, arguments_keys=("arguments", "parameters"))
+        if call is None:
+            return False
+        self.calls.append(call)
+        return True
+
+
+class HermesDialect(Dialect):
+    name = "hermes"
+    label = "Hermes / Qwen (<tool_call> tags)"
+
+    def stream_parser(self, tool_names: Sequence[str]) -> StreamParser:
+        return HermesParser(tool_names)
+
+    def constrained_call(self, tool: dict[str, Any]) -> ConstrainedCall:
+        function = tool["function"]
+        prefix = f'{OPEN}\n{{"name": {json.dumps(function["name"], ensure_ascii=False)}, "arguments": '
+        return ConstrainedCall(function["name"], prefix, function["parameters"], f"}}\n{CLOSE}")
+
+    def call_text(self, call: ToolCall) -> str:
+        body = json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False)
+        return f"{OPEN}\n{body}\n{CLOSE}"
+
+    def format_instructions(self) -> str:
+        return (
+            "To call a tool, reply with a JSON object inside <tool_call></tool_call> tags, for example:\n"
+            '<tool_call>\n{"name": "tool_name", "arguments": {"parameter": "value"}}\n</tool_call>\n'
+            "The result comes back inside <tool_response></tool_response> tags; then answer the user with it. "
+            "If no tool is needed, answer directly."
+        )

@@ -1,0 +1,101 @@
+"""Llama 3.1 JSON tool calling: the whole reply is {"name": ..., "parameters": {...}}, optionally after
+<|python_tag|>; several calls may be separated by ";". Anything else (prose, a JSON code block) is text."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from app.conversation import ToolCall
+from app.dialects.base import ConstrainedCall, Dialect, RenderedPrompt, StreamParser, call_from_json
+
+PYTHON_TAG = "<|python_tag|>"
+
+
+class Llama3Parser(StreamParser):
+    def __init__(self, tool_names: Sequence[str]) -> None:
+        super().__init__(tool_names)
+        self._held = ""
+        self._mode = "undecided"  # then "text" or "maybe_call" (held to the end)
+
+    def _feed(self, chunk: str) -> str:
+        if self._mode == "text":
+            return chunk
+        self._held += chunk
+        if self._mode == "maybe_call":
+            return ""
+        head = self._held.lstrip()
+        if not head:
+            return ""
+        if head.startswith(PYTHON_TAG) or head.startswith("{"):
+            self._mode = "maybe_call"
+            return ""
+        if PYTHON_TAG.startswith(head):
+            return ""
+        self._mode = "text"
+        held, self._held = self._held, ""
+        return held
+
+    def _finish(self) -> str:
+        held, self._held = self._held, ""
+        if self._mode != "maybe_call":
+            return held
+        calls = self._parse_calls(held.strip().removeprefix(PYTHON_TAG))
+        if calls is None:
+            return held
+        self.calls.extend(calls)
+        return ""
+
+    def _parse_calls(self, text: str) -> list[ToolCall] | None:
+        decoder = json.JSONDecoder()
+        calls: list[ToolCall] = []
+        position = 0
+        while True:
+            while position < len(text) and (text[position].isspace() or (calls and text[position] == ";")):
+                position += 1
+            if position >= len(text):
+                return calls or None
+            try:
+                data, position = decoder.raw_decode(text, position)
+            except json.JSONDecodeError:
+                return None
+            call = call_from_json(data, self.tool_names, require_known=True, arguments_keys=("parameters", "arguments"))
+            if call is None:
+                return None
+            calls.append(call)
+
+
+class Llama3JsonDialect(Dialect):
+    name = "llama3_json"
+    label = "Llama 3.1 JSON ({name, parameters})"
+
+    def stream_parser(self, tool_names: Sequence[str]) -> StreamParser:
+        return Llama3Parser(tool_names)
+
+    def constrained_call(self, tool: dict[str, Any]) -> ConstrainedCall:
+        name = tool["function"]["name"]
+        prefix = f'{{"name": {json.dumps(name, ensure_ascii=False)}, "parameters": '
+        return ConstrainedCall(name, prefix, tool["function"]["parameters"], "}")
+
+    def call_text(self, call: ToolCall) -> str:
+        return json.dumps({"name": call.name, "parameters": call.arguments}, ensure_ascii=False)
+
+    def format_instructions(self) -> str:
+        return (
+            "To call a tool, reply with only a JSON object of the form "
+            '{"name": "tool_name", "parameters": {"parameter": "value"}} and nothing else. '
+            "The result comes back in the next message; then answer the user with it. "
+            "If no tool is needed, answer directly."
+        )
+
+    def render_native(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> RenderedPrompt:
+        # Llama 3.1's template renders one call per assistant message: split parallel calls.
+        out: list[dict[str, Any]] = []
+        for message in messages:
+            calls = message.get("tool_calls") or []
+            if message.get("role") == "assistant" and len(calls) > 1:
+                out.extend({"role": "assistant", "content": "", "tool_calls": [call]} for call in calls)
+            else:
+                out.append(message)
+        return RenderedPrompt(out, tools)

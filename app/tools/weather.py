@@ -1,0 +1,77 @@
+"""get_weather over Open-Meteo's free public API (no key): geocode the city, then read the current weather.
+
+The endpoints can be pointed elsewhere (a mirror, or a local stand-in in tests) with DEMO_WEATHER_GEOCODING_URL
+and DEMO_WEATHER_FORECAST_URL. Offline, the model gets a clear observation instead of an exception.
+"""
+
+from __future__ import annotations
+
+import os
+
+import httpx
+
+from app.tools.registry import ToolError, register_tool
+
+GEOCODING_URL = "https://geocoding-api.open-meteo.com/v1/search"
+FORECAST_URL = "https://api.open-meteo.com/v1/forecast"
+TIMEOUT_S = 5.0
+_CURRENT = "temperature_2m,apparent_temperature,relative_humidity_2m,wind_speed_10m,weather_code"
+# WMO weather interpretation codes, as documented by Open-Meteo.
+_WMO = {
+    0: "clear sky", 1: "mainly clear", 2: "partly cloudy", 3: "overcast", 45: "fog", 48: "rime fog",
+    51: "light drizzle", 53: "drizzle", 55: "dense drizzle", 56: "freezing drizzle", 57: "freezing drizzle",
+    61: "light rain", 63: "rain", 65: "heavy rain", 66: "freezing rain", 67: "freezing rain",
+    71: "light snow", 73: "snow", 75: "heavy snow", 77: "snow grains", 80: "light showers", 81: "showers",
+    82: "violent showers", 85: "snow showers", 86: "heavy snow showers", 95: "thunderstorm",
+    96: "thunderstorm with hail", 99: "thunderstorm with heavy hail",
+}
+
+
+@register_tool(timeout_s=15)
+def get_weather(city: str) -> str:
+    """Get the current weather in a city from the Open-Meteo service (needs internet access).
+
+    Args:
+        city: The city name, e.g. "Paris" or "New York".
+    """
+    name = city.strip()
+    if not name:
+        raise ToolError("the city name is empty.")
+    geocoding = os.environ.get("DEMO_WEATHER_GEOCODING_URL", GEOCODING_URL)
+    forecast = os.environ.get("DEMO_WEATHER_FORECAST_URL", FORECAST_URL)
+    try:
+        with httpx.Client(timeout=TIMEOUT_S, follow_redirects=False) as http:
+            places = _get_json(http, geocoding, {"name": name, "count": 1, "format": "json"}).get("results") or []
+            if not places:
+                raise ToolError(f"no place called {name!r} was found.")
+            place = places[0]
+            weather = _get_json(http, forecast, {"latitude": place["latitude"], "longitude": place["longitude"],
+                                                 "current": _CURRENT, "timezone": "auto"})
+    except (httpx.ConnectError, httpx.TimeoutException, httpx.NetworkError) as exc:
+        raise ToolError(f"the weather service could not be reached ({type(exc).__name__}): this computer seems to "
+                        "be offline, so no weather data is available.") from None
+    current, units = weather.get("current") or {}, weather.get("current_units") or {}
+    if "temperature_2m" not in current:
+        raise ToolError("the weather service answered without current weather data.")
+    where = ", ".join(str(part) for part in (place.get("name"), place.get("country")) if part)
+
+    def value(key: str) -> str:
+        return f"{current.get(key)}{units.get(key, '')}"
+
+    sky = _WMO.get(current.get("weather_code"), f"weather code {current.get('weather_code')}")
+    return (f"{where} at {current.get('time', 'now')} (local time): {sky}, {value('temperature_2m')} "
+            f"(feels like {value('apparent_temperature')}), humidity {value('relative_humidity_2m')}, "
+            f"wind {value('wind_speed_10m')}.")
+
+
+def _get_json(http: httpx.Client, url: str, params: dict) -> dict:
+    response = http.get(url, params=params)
+    if response.status_code != 200:
+        raise ToolError(f"the weather service answered HTTP {response.status_code}.")
+    try:
+        data = response.json()
+    except ValueError:
+        raise ToolError("the weather service sent something that is not JSON.") from None
+    if not isinstance(data, dict):
+        raise ToolError("the weather service sent an unexpected answer.")
+    return data

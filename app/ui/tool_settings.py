@@ -1,0 +1,58 @@
+"""The Tools section of the sidebar: which tools the model may use, tool choice, dialect and round limit."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from app.agent import DEFAULT_MAX_ROUNDS, ToolSettings
+from app.clients.base import Client
+from app.dialects import DIALECTS
+from app.tools import load_tools
+
+KEY_PREFIX = "tools."  # app/main.py keeps these widget values while another page is shown
+_AUTO = "auto"
+
+
+def render(client: Client | None) -> ToolSettings:
+    registry = load_tools()
+    with st.sidebar:
+        st.subheader("Tools")
+        for tool in registry:  # defaults through session state only: app/main.py re-assigns these keys
+            st.session_state.setdefault(f"{KEY_PREFIX}enabled.{tool.name}", True)
+        st.session_state.setdefault(f"{KEY_PREFIX}max_rounds", DEFAULT_MAX_ROUNDS)
+        enabled = [
+            tool.name
+            for tool in registry
+            if st.toggle(tool.name, key=f"{KEY_PREFIX}enabled.{tool.name}", help=tool.description)
+        ]
+        choices = ["auto", "none", "required", *enabled]
+        if st.session_state.get(f"{KEY_PREFIX}choice", "auto") not in choices:
+            st.session_state[f"{KEY_PREFIX}choice"] = "auto"  # the chosen tool was just switched off
+        choice = st.selectbox(
+            "Tool choice",
+            choices,
+            key=f"{KEY_PREFIX}choice",
+            help="auto: the model decides. none: no tools. required: it must call one. A tool's name: it must call "
+            "that one. required and named calls are forced with constrained decoding, so even a small model "
+            "produces a valid call; the answer after the call is free.",
+        )
+        detected = getattr(client, "dialect_name", None)
+        dialect = st.selectbox(
+            "Tool-call dialect",
+            [_AUTO, *DIALECTS],
+            format_func=lambda name: f"auto ({DIALECTS[detected].label})" if name == _AUTO and detected in DIALECTS
+            else ("auto" if name == _AUTO else DIALECTS[name].label),
+            key=f"{KEY_PREFIX}dialect",
+            help="How tools and calls are written for this model. Auto reads it from the model's chat template.",
+        )
+        max_rounds = st.number_input(
+            "Max model calls per turn", min_value=1, max_value=10, step=1,
+            key=f"{KEY_PREFIX}max_rounds",
+            help="Each tool result costs another generation; the last one must answer in words.",
+        )
+    return ToolSettings(
+        registry=registry.subset(enabled),
+        choice=choice if choice in choices else "auto",
+        dialect=None if dialect == _AUTO else dialect,
+        max_rounds=int(max_rounds),
+    )
