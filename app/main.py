@@ -18,7 +18,10 @@ from app.ui import sidebar, state  # noqa: E402
 offline_by_default()
 st.set_page_config(page_title="Composite LLM demo", page_icon=":material/forum:", layout="wide")
 
-_PAGES_DIR = Path(__file__).parent / "pages"
+# Not "pages/": Streamlit treats a pages/ folder next to the entry script as a legacy multipage app and, on a fresh
+# server, serves a deep link such as /tools as that file alone (no sidebar, no sys.path fix) until st.navigation
+# has run once.
+_PAGES_DIR = Path(__file__).parent / "views"
 pages = {
     "chat": st.Page(_PAGES_DIR / "chat.py", title="Chat", icon=":material/chat:", default=True),
     "tools": st.Page(_PAGES_DIR / "tools.py", title="Tools", icon=":material/build:"),

@@ -40,19 +40,3 @@ def smol_client(smollm2_dir: Path):
     from app.config import ModelSettings
 
     return HFClient(ModelSettings(model_path=str(smollm2_dir), device="cpu"))
-
-
-@pytest.fixture(autouse=True)
-def _apptest_uses_st_navigation(monkeypatch: pytest.MonkeyPatch) -> None:
-    """AppTest resets PagesManager's "uses a pages/ directory" flag before every run, and with app/pages/ present
-    it then serves reruns the v1 way (the page file alone, without app/main.py and its sidebar). The real server
-    clears that flag for good the first time st.navigation runs; this does the same for AppTest."""
-    from streamlit.runtime.pages_manager import PagesManager
-
-    original_init = PagesManager.__init__
-
-    def init(self, *args, **kwargs):
-        original_init(self, *args, **kwargs)
-        PagesManager.uses_pages_directory = False
-
-    monkeypatch.setattr(PagesManager, "__init__", init)

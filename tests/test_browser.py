@@ -112,3 +112,44 @@ def test_chat_streams_an_answer_and_can_be_stopped(app_url, browser):
     assert partial.strip().splitlines()[0][:20] in story.inner_text()
     page.screenshot(path=str(ARTIFACTS / "chat-stopped.png"), full_page=False)
     page.close()
+
+
+def choose(page, selectbox, option):
+    """Pick a selectbox option; a rerun still in flight can close the list, so try again if it does."""
+    for _ in range(5):
+        page.wait_for_timeout(500)
+        selectbox.click()
+        item = page.get_by_role("option", name=option, exact=True)
+        try:
+            item.click(timeout=3_000)
+        except Exception:  # noqa: BLE001 - playwright's TimeoutError: the list closed before the click
+            continue
+        page.wait_for_timeout(500)
+        inputs = selectbox.locator("input")
+        shown = selectbox.inner_text() + (inputs.first.input_value() if inputs.count() else "")
+        if option in shown:
+            return
+    raise AssertionError(f"could not choose {option!r}")
+
+
+def test_tools_page_shows_a_tool_call_card_and_the_answer(app_url, browser):
+    ARTIFACTS.mkdir(exist_ok=True)
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(f"{app_url}/tools")
+    page.get_by_text("SmolLM2-135M-Instruct").first.wait_for(timeout=120_000)
+    sidebar = page.get_by_test_id("stSidebar")
+    sidebar.get_by_role("slider").first.focus()
+    page.keyboard.press("Home")  # temperature 0: greedy
+    choose(page, sidebar.get_by_test_id("stSelectbox").filter(has_text="Tool choice"), "calculator")
+    box = page.get_by_test_id("stChatInputTextArea")
+    box.fill("What is 17 * 23?")
+    box.press("Enter")
+    answer = page.locator('[data-testid="stChatMessage"]').nth(1)
+    answer.get_by_text("calculator ·").wait_for(timeout=120_000)  # the finished card's label
+    answer.get_by_text("tok/s").nth(1).wait_for(timeout=120_000)  # the answer after the call
+    card = answer.get_by_test_id("stExpander").first
+    card.click()  # open the card: arguments and result
+    card.get_by_text("17 * 23 = 391").wait_for(timeout=10_000)
+    assert "391" in answer.inner_text() and "<tool_call>" not in answer.inner_text()
+    page.screenshot(path=str(ARTIFACTS / "tools.png"), full_page=False)
+    page.close()

@@ -39,7 +39,34 @@ _CORPUS = [
 ]
 
 
-def build_tiny_model(folder: Path, seed: int = 0) -> Path:
+# GLM-4 style: tools on the system message, a call as "<|assistant|>name\n{json}", results in <|observation|>.
+GLM4_TEMPLATE = (
+    "[gMASK]<sop>{%- for m in messages %}"
+    "{%- if m.tools is defined and m.tools %}<|system|>\n# Tools{% for t in m.tools %}\n## {{ t.function.name }}\n"
+    "{{ t.function | tojson }}{% endfor %}{% endif %}"
+    "{%- if m.role == 'observation' %}<|observation|>\n{{ m.content }}"
+    "{%- elif m.content or m.metadata %}<|{{ m.role }}|>{{ m.metadata or '' }}\n{{ m.content }}{%- endif %}"
+    "{%- endfor %}{%- if add_generation_prompt %}<|assistant|>{%- endif %}"
+)
+# Llama 3.1 style: JSON calls, <|python_tag|>, ipython results.
+LLAMA3_TEMPLATE = (
+    "{%- for m in messages %}<|start_header_id|>{{ 'ipython' if m.role == 'tool' else m.role }}<|end_header_id|>\n\n"
+    "{%- if m.role == 'user' and tools and loop.last %}Use these functions, replying with JSON "
+    "{\"name\": function name, \"parameters\": arguments}:\n{% for t in tools %}{{ t | tojson }}\n{% endfor %}"
+    "{%- endif %}"
+    "{%- if m.tool_calls %}{% for c in m.tool_calls %}<|python_tag|>{\"name\": \"{{ c.function.name }}\", "
+    "\"parameters\": {{ c.function.arguments | tojson }}}{% endfor %}<|eom_id|>"
+    "{%- else %}{{ m.content }}<|eot_id|>{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{%- endif %}"
+)
+FAMILY_SPECIALS = {
+    "glm4": ["<|system|>", "<|user|>", "<|assistant|>", "<|observation|>", "[gMASK]", "<sop>"],
+    "llama3": ["<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|eom_id|>", "<|python_tag|>"],
+}
+
+
+def build_tiny_model(folder: Path, seed: int = 0, family: str = "qwen") -> Path:
+    """A tiny model whose tokenizer and chat template follow `family`: "qwen" (Hermes), "glm4" or "llama3"."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
@@ -48,15 +75,18 @@ def build_tiny_model(folder: Path, seed: int = 0) -> Path:
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
+    specials = SPECIAL_TOKENS + FAMILY_SPECIALS.get(family, [])
     trainer = trainers.BpeTrainer(
-        vocab_size=600, special_tokens=SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        vocab_size=600, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
     )
     backend.train_from_iterator(_CORPUS * 20, trainer=trainer)
+    eos = {"glm4": "<|user|>", "llama3": "<|eot_id|>"}.get(family, "<|im_end|>")
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend, eos_token="<|im_end|>", pad_token="<|endoftext|>", model_max_length=512
+        tokenizer_object=backend, eos_token=eos, pad_token="<|endoftext|>", model_max_length=4096,
+        additional_special_tokens=FAMILY_SPECIALS.get(family, []),
     )
     tokenizer.add_tokens(TOOL_TAGS)
-    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.chat_template = {"glm4": GLM4_TEMPLATE, "llama3": LLAMA3_TEMPLATE}.get(family, CHAT_TEMPLATE)
     tokenizer.save_pretrained(folder)
 
     torch.manual_seed(seed)
@@ -68,15 +98,15 @@ def build_tiny_model(folder: Path, seed: int = 0) -> Path:
         num_attention_heads=2,
         num_key_value_heads=1,
         head_dim=32,
-        max_position_embeddings=512,
+        max_position_embeddings=4096,
         tie_word_embeddings=True,
-        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+        eos_token_id=tokenizer.convert_tokens_to_ids(eos),
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=None,
     )
     model = Qwen2ForCausalLM(config)
     # Random weights would end answers at random; suppressing the special tokens makes lengths predictable.
     # (Natural end-of-turn stops are tested on the real SmolLM2.)
-    model.generation_config.suppress_tokens = [tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS]
+    model.generation_config.suppress_tokens = [tokenizer.convert_tokens_to_ids(t) for t in specials]
     model.save_pretrained(folder, safe_serialization=True)
     return folder

@@ -307,6 +307,10 @@ class HFClient:
                 )
             except Exception as exc:  # a schema the grammar engine cannot compile
                 raise ClientError(f"Could not build the tool-call grammar: {exc}") from exc
+            # Once the call is complete the grammar allows only stop tokens: they must not be suppressed too,
+            # or every token would be masked.
+            suppressed = self.model.generation_config.suppress_tokens or []
+            generate_kwargs["suppress_tokens"] = [t for t in suppressed if t not in self.stop_token_ids] or None
         generate_kwargs.update(
             input_ids=input_ids,
             attention_mask=torch.ones_like(input_ids),

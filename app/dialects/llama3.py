@@ -69,6 +69,7 @@ class Llama3Parser(StreamParser):
 class Llama3JsonDialect(Dialect):
     name = "llama3_json"
     label = "Llama 3.1 JSON ({name, parameters})"
+    stop_strings = ("<|eom_id|>",)  # ends a <|python_tag|> call turn
 
     def stream_parser(self, tool_names: Sequence[str]) -> StreamParser:
         return Llama3Parser(tool_names)

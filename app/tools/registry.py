@@ -71,10 +71,14 @@ class RunningCall:
     """A tool call running in its own thread; poll `wait()` so the caller can stay responsive to Stop."""
 
     tool_name: str
-    deadline: float
+    timeout_s: float
     started: float = field(default_factory=time.perf_counter)
     _done: threading.Event = field(default_factory=threading.Event)
     _result: ToolResult | None = None
+
+    @property
+    def deadline(self) -> float:
+        return self.started + self.timeout_s
 
     def _finish(self, result: ToolResult) -> None:
         if not self._done.is_set():
@@ -90,8 +94,7 @@ class RunningCall:
             return self._result
         if time.perf_counter() >= self.deadline:
             # A Python thread cannot be killed: the call is abandoned and its eventual result ignored.
-            limit_s = self.deadline - self.started
-            self._finish(ToolResult(f"Error: {self.tool_name} timed out after {limit_s:g} s.", ok=False))
+            self._finish(ToolResult(f"Error: {self.tool_name} timed out after {self.timeout_s:g} s.", ok=False))
             return self._result
         return None
 
@@ -155,7 +158,7 @@ class ToolRegistry:
         """Validate, then run the tool in a daemon thread under its time limit."""
         tool = self._tools.get(name)
         timeout_s = tool.timeout_s if tool else 0.0
-        running = RunningCall(name, deadline=time.perf_counter() + timeout_s)
+        running = RunningCall(name, timeout_s)
         problem = self.validation_error(name, arguments)
         if problem is not None or tool is None:
             running._finish(ToolResult(problem or "Error: unknown tool.", ok=False))

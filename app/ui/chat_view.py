@@ -22,6 +22,7 @@ from app.agent import (
 )
 from app.clients.base import Client
 from app.conversation import Conversation, Message, ToolCall
+from app.ui import state
 from app.ui.sidebar import SidebarState
 
 _FLUSH_EVERY_S = 0.05  # re-render the growing answer at most 20 times a second
@@ -147,6 +148,29 @@ def stream_turn(
                     st.error(event.message, icon=":material/error:")
                 elif isinstance(event, TurnDone):
                     pass
+
+
+def answer_if_asked(
+    page: str,
+    prompt: str | None,
+    conversation: Conversation,
+    client: Client | None,
+    sidebar: SidebarState,
+    tools: ToolSettings | None = None,
+) -> None:
+    """A page's chat loop: add the submitted message (or take a Regenerate/Resend request), stream the answer,
+    then redraw once so the sidebar (drawn before this turn) reflects the new last message."""
+    wants_answer = state.pop_turn_request(page)
+    if prompt and prompt.strip():
+        render_message(conversation.add(Message(role="user", content=prompt.strip())))
+        wants_answer = True
+    if not wants_answer:
+        return
+    if client is None:
+        answer_error(conversation, "No model is loaded: fix the model settings in the sidebar, then press Regenerate.")
+    else:
+        stream_turn(client, conversation, sidebar, tools)
+    st.rerun()
 
 
 def answer_error(conversation: Conversation, reason: str) -> None:

@@ -18,6 +18,7 @@ from app.ui import state
 
 DEFAULT_SYSTEM_PROMPT = "You are a helpful, concise assistant."
 _STATE_KEY = "_sidebar"
+_PAGE_SECTION_KEY = "_sidebar_page_section"
 
 
 @dataclass(frozen=True)
@@ -31,8 +32,15 @@ def current() -> SidebarState:
     return st.session_state[_STATE_KEY]
 
 
+def page_section():
+    """The top of the sidebar, kept for the current page's own settings (e.g. the Tools page's tool list)."""
+    return st.session_state[_PAGE_SECTION_KEY]
+
+
 def render(page: str, conversation: Conversation) -> SidebarState:
     defaults = ModelSettings.from_env()
+    # Valid for this run only: a fresh placeholder is made on every run.
+    st.session_state[_PAGE_SECTION_KEY] = st.sidebar.container()
     with st.sidebar:
         st.subheader("Model")
         backend = st.selectbox(

@@ -8,6 +8,7 @@ from app.agent import DEFAULT_MAX_ROUNDS, ToolSettings
 from app.clients.base import Client
 from app.dialects import DIALECTS
 from app.tools import load_tools
+from app.ui import sidebar
 
 KEY_PREFIX = "tools."  # app/main.py keeps these widget values while another page is shown
 _AUTO = "auto"
@@ -15,7 +16,7 @@ _AUTO = "auto"
 
 def render(client: Client | None) -> ToolSettings:
     registry = load_tools()
-    with st.sidebar:
+    with sidebar.page_section():
         st.subheader("Tools")
         for tool in registry:  # defaults through session state only: app/main.py re-assigns these keys
             st.session_state.setdefault(f"{KEY_PREFIX}enabled.{tool.name}", True)
@@ -50,6 +51,7 @@ def render(client: Client | None) -> ToolSettings:
             key=f"{KEY_PREFIX}max_rounds",
             help="Each tool result costs another generation; the last one must answer in words.",
         )
+        st.divider()
     return ToolSettings(
         registry=registry.subset(enabled),
         choice=choice if choice in choices else "auto",

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app.conversation import Message
 from app.ui import sidebar, state, tool_settings
-from app.ui.chat_view import answer_error, render_history, render_message, stream_turn
+from app.ui.chat_view import answer_if_asked, render_history
 from app.ui.client_cache import load_client
 
 PAGE = "tools"
@@ -18,21 +17,12 @@ st.title("Tools")
 client = load_client(settings.model)
 tools = tool_settings.render(client)
 if client is not None:
-    native = "the model's chat template" if getattr(client, "native_tools", True) else "a system prompt (the chat template knows no tools)"
+    native = ("the model's chat template" if getattr(client, "native_tools", True)
+              else "a system prompt (the chat template knows no tools)")
     st.caption(f"{client.describe()} · tools described through {native}")
 
 render_history(conversation)
 
 prompt = st.chat_input("Ask something a tool can help with, e.g. the weather in Paris", submit_mode="stop",
                        key="tools_input")
-wants_answer = state.pop_turn_request(PAGE)
-if prompt and prompt.strip():
-    render_message(conversation.add(Message(role="user", content=prompt.strip())))
-    wants_answer = True
-
-if wants_answer:
-    if client is None:
-        answer_error(conversation, "No model is loaded: fix the model settings in the sidebar, then press Regenerate.")
-    else:
-        stream_turn(client, conversation, settings, tools)
-    st.rerun()
+answer_if_asked(PAGE, prompt, conversation, client, settings, tools)

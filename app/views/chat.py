@@ -1,0 +1,24 @@
+"""Chat page: a plain conversation with the selected model."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from app.ui import sidebar, state
+from app.ui.chat_view import answer_if_asked, render_history
+from app.ui.client_cache import load_client
+
+PAGE = "chat"
+
+settings = sidebar.current()
+conversation = state.conversation(PAGE)
+
+st.title("Chat")
+client = load_client(settings.model)
+if client is not None:
+    st.caption(client.describe())
+
+render_history(conversation)
+
+prompt = st.chat_input("Message the model", submit_mode="stop", key="chat_input")
+answer_if_asked(PAGE, prompt, conversation, client, settings)
