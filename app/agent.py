@@ -76,6 +76,7 @@ class ToolSettings:
     choice: str = "auto"  # auto | none | required | a tool name; applies to the first generation of the turn
     dialect: str | None = None
     max_rounds: int = DEFAULT_MAX_ROUNDS
+    follow_up: str = "auto"  # the choice after tool results: "none" for models that cannot call tools themselves
 
     def request(self, round_index: int) -> ToolRequest:
         # A forced choice holds for the first generation only, then the model may answer from the result
@@ -83,7 +84,7 @@ class ToolSettings:
         if round_index + 1 >= self.max_rounds:
             choice = "none"
         else:
-            choice = self.choice if round_index == 0 else "auto"
+            choice = self.choice if round_index == 0 else self.follow_up
         return ToolRequest(tools=tuple(self.registry.schemas()), choice=choice, dialect=self.dialect)
 
 
@@ -175,7 +176,10 @@ def _run_tool(
             result = running.cancel()
             message.error = "stopped"
         message.content = result.for_model()
+        if message.content != result.content:
+            message.display_text = result.content
         message.duration_s = result.duration_s
+        message.attachments = list(result.attachments)
         if not result.ok and message.error is None:
             message.error = "failed"
         conversation.add(message)

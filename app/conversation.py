@@ -81,6 +81,17 @@ class AnswerMetrics:
 
 
 @dataclass
+class Attachment:
+    """A file that came with a message: an image (a plot, a generated picture) or an uploaded document."""
+
+    kind: Literal["image", "document"]
+    name: str
+    data: bytes = b""  # image bytes (PNG/JPEG/...)
+    text: str = ""  # a document's extracted text: what the model reads
+    note: str = ""  # e.g. that the text was cut to fit
+
+
+@dataclass
 class Message:
     role: Role
     content: str = ""
@@ -90,6 +101,8 @@ class Message:
     metrics: AnswerMetrics | None = None
     error: str | None = None  # assistant: why no answer; tool: "failed" or "stopped" (content has the details)
     duration_s: float | None = None  # tool messages: how long the call ran
+    attachments: list[Attachment] = field(default_factory=list)
+    display_text: str | None = None  # tool messages: the full output when the model reads a shortened one
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -99,8 +112,19 @@ class Message:
     def stopped(self) -> bool:
         return self.metrics is not None and self.metrics.finish_reason == "cancelled"
 
+    def prompt_text(self) -> str:
+        """The content as the model reads it: uploaded documents' text follows the message."""
+        documents = [a for a in self.attachments if a.kind == "document" and a.text]
+        if not documents:
+            return self.content
+        parts = [self.content] if self.content else []
+        for document in documents:
+            note = f" ({document.note})" if document.note else ""
+            parts.append(f'<document name="{document.name}"{note}>\n{document.text}\n</document>')
+        return "\n\n".join(parts)
+
     def to_openai(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"role": self.role, "content": self.content}
+        data: dict[str, Any] = {"role": self.role, "content": self.prompt_text()}
         if self.tool_calls:
             data["tool_calls"] = [call.to_openai() for call in self.tool_calls]
         if self.role == "tool":

@@ -14,6 +14,7 @@ import streamlit as st  # noqa: E402
 
 from app.config import offline_by_default  # noqa: E402
 from app.ui import sidebar, state  # noqa: E402
+from app.ui.tool_settings import KEPT_PREFIX  # noqa: E402
 
 offline_by_default()
 st.set_page_config(page_title="Composite LLM demo", page_icon=":material/forum:", layout="wide")
@@ -25,9 +26,10 @@ _PAGES_DIR = Path(__file__).parent / "views"
 pages = {
     "chat": st.Page(_PAGES_DIR / "chat.py", title="Chat", icon=":material/chat:", default=True),
     "tools": st.Page(_PAGES_DIR / "tools.py", title="Tools", icon=":material/build:"),
+    "all_tools": st.Page(_PAGES_DIR / "all_tools.py", title="All Tools", icon=":material/handyman:"),
 }
-# Streamlit forgets a widget's value when a run does not draw it; keep the Tools settings across page switches.
-for key in [k for k in st.session_state if isinstance(k, str) and k.startswith("tools.")]:
+# Streamlit forgets a widget's value when a run does not draw it; keep page settings across page switches.
+for key in [k for k in st.session_state if isinstance(k, str) and k.startswith(KEPT_PREFIX)]:
     st.session_state[key] = st.session_state[key]
 current = st.navigation(list(pages.values()))
 page_name = next(name for name, page in pages.items() if page.url_path == current.url_path)

@@ -44,14 +44,14 @@ def ask(at, text):
 
 def test_the_sidebar_offers_tools_choice_and_dialect(tiny_app):
     names = ["random_number", "current_time", "calculator", "convert_units", "count_words", "get_weather"]
-    assert all(tiny_app.toggle(key=f"tools.enabled.{name}").value for name in names)
-    assert tiny_app.selectbox(key="tools.choice").options == ["auto", "none", "required", *names]
-    assert tiny_app.selectbox(key="tools.dialect").options[0] == "auto (Hermes / Qwen (<tool_call> tags))"
+    assert all(tiny_app.toggle(key=f"settings.tools.enabled.{name}").value for name in names)
+    assert tiny_app.selectbox(key="settings.tools.choice").options == ["auto", "none", "required", *names]
+    assert tiny_app.selectbox(key="settings.tools.dialect").options[0] == "auto (Hermes / Qwen (<tool_call> tags))"
     assert any("tools described through the model's chat template" in c.value for c in tiny_app.caption)
 
 
 def test_a_forced_call_shows_a_card_with_arguments_and_result(tiny_app):
-    tiny_app.selectbox(key="tools.choice").set_value("calculator").run()
+    tiny_app.selectbox(key="settings.tools.choice").set_value("calculator").run()
     ask(tiny_app, "What is 6 * 7?")
     user, assistant = tiny_app.chat_message
     assert user.markdown[0].value == "What is 6 * 7?"
@@ -65,27 +65,27 @@ def test_a_forced_call_shows_a_card_with_arguments_and_result(tiny_app):
 
 
 def test_switching_a_tool_off_removes_it_from_tool_choice(tiny_app):
-    tiny_app.selectbox(key="tools.choice").set_value("calculator").run()
-    tiny_app.toggle(key="tools.enabled.calculator").set_value(False).run()
+    tiny_app.selectbox(key="settings.tools.choice").set_value("calculator").run()
+    tiny_app.toggle(key="settings.tools.enabled.calculator").set_value(False).run()
     assert not tiny_app.exception
-    assert tiny_app.selectbox(key="tools.choice").value == "auto"
-    assert "calculator" not in tiny_app.selectbox(key="tools.choice").options
+    assert tiny_app.selectbox(key="settings.tools.choice").value == "auto"
+    assert "calculator" not in tiny_app.selectbox(key="settings.tools.choice").options
 
 
 def test_settings_and_conversation_survive_a_visit_to_the_chat_page(tiny_app):
-    tiny_app.toggle(key="tools.enabled.get_weather").set_value(False).run()
-    tiny_app.selectbox(key="tools.choice").set_value("none").run()
+    tiny_app.toggle(key="settings.tools.enabled.get_weather").set_value(False).run()
+    tiny_app.selectbox(key="settings.tools.choice").set_value("none").run()
     ask(tiny_app, "Hello")
     tiny_app.switch_page("views/chat.py").run()
     assert not tiny_app.exception and len(tiny_app.chat_message) == 0  # each page has its own conversation
     tiny_app.switch_page("views/tools.py").run()
-    assert tiny_app.toggle(key="tools.enabled.get_weather").value is False
-    assert tiny_app.selectbox(key="tools.choice").value == "none"
+    assert tiny_app.toggle(key="settings.tools.enabled.get_weather").value is False
+    assert tiny_app.selectbox(key="settings.tools.choice").value == "none"
     assert len(tiny_app.chat_message) == 2
 
 
 def test_regenerate_replaces_the_whole_tool_turn(tiny_app):
-    tiny_app.selectbox(key="tools.choice").set_value("count_words").run()
+    tiny_app.selectbox(key="settings.tools.choice").set_value("count_words").run()
     ask(tiny_app, "Count these words")
     first = tiny_app.chat_message[1].status[0].code[0].value
     tiny_app.button(key="regenerate").click().run()
@@ -95,7 +95,7 @@ def test_regenerate_replaces_the_whole_tool_turn(tiny_app):
 
 
 def test_smollm2_calls_the_calculator_and_answers_from_the_result(smol_app):
-    smol_app.selectbox(key="tools.choice").set_value("calculator").run()
+    smol_app.selectbox(key="settings.tools.choice").set_value("calculator").run()
     ask(smol_app, "What is 17 * 23?")
     _, assistant = smol_app.chat_message
     (card,) = assistant.status

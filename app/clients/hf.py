@@ -27,6 +27,7 @@ from app.clients.stop_strings import StopStringFilter
 from app.config import ModelSettings, offline_by_default
 from app.conversation import AnswerMetrics, ToolCall
 from app.dialects import Dialect, StreamParser, detect_dialect, get_dialect
+from app.dialects.base import ForcedBodyParser
 
 log = logging.getLogger(__name__)
 
@@ -299,12 +300,14 @@ class HFClient:
         streamer = IncrementalTextStreamer(self.tokenizer, on_token=lambda n: setattr(metrics, "completion_tokens", n))
         input_ids = torch.tensor([self._render(fitted.messages, tools)], device=self.model.device)
         generate_kwargs = self._generate_kwargs(params, max_new_tokens)
-        forced = tools.forced_tools if tools else []
+        forced_tools = tools.forced_tools if tools else []
+        # A free-text code body only when it is the one allowed call: then the whole reply is that call.
+        forced = [dialect.constrained_call(tool, allow_code_body=len(forced_tools) == 1) for tool in forced_tools]
+        if len(forced) == 1 and forced[0].body_argument:
+            parser = ForcedBodyParser(forced[0])
         if forced:
             try:
-                generate_kwargs["logits_processor"] = self._constrained.logits_processors(
-                    [dialect.constrained_call(tool) for tool in forced]
-                )
+                generate_kwargs["logits_processor"] = self._constrained.logits_processors(forced)
             except Exception as exc:  # a schema the grammar engine cannot compile
                 raise ClientError(f"Could not build the tool-call grammar: {exc}") from exc
             # Once the call is complete the grammar allows only stop tokens: they must not be suppressed too,

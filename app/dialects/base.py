@@ -25,12 +25,36 @@ class ParsedResponse:
 
 @dataclass(frozen=True)
 class ConstrainedCall:
-    """One allowed call: literal `prefix`, then JSON matching `schema` (the tool's parameters), then `suffix`."""
+    """One allowed call: literal `prefix`, then JSON matching `schema` (the tool's parameters), then `suffix`.
+
+    With `body_argument` set, the middle is free text instead of JSON (anything without a Markdown fence) and
+    becomes that one argument: how a code tool is forced (see `code_call`)."""
 
     name: str
     prefix: str
     schema: dict[str, Any]
     suffix: str
+    body_argument: str | None = None
+
+
+CODE_FENCE_OPEN, CODE_FENCE_CLOSE = "```python\n", "```"
+
+
+def code_argument(tool: dict[str, Any]) -> str | None:
+    """The parameter of a code tool (a single required string parameter named "code"), or None."""
+    parameters = tool["function"].get("parameters") or {}
+    properties = parameters.get("properties") or {}
+    if list(properties) == ["code"] and properties["code"].get("type") == "string":
+        return "code"
+    return None
+
+
+def code_call(tool: dict[str, Any], lead: str = "") -> ConstrainedCall:
+    """A forced call to a code tool is written as a fenced Python block, the way models write code anyway, and not
+    as a JSON-escaped string: small models end such a string after one line (SmolLM2 wrote only the import) but
+    write whole programs in a fence. GLM-4's own python tool call has the same shape."""
+    name = tool["function"]["name"]
+    return ConstrainedCall(name, lead + CODE_FENCE_OPEN, {}, CODE_FENCE_CLOSE, body_argument="code")
 
 
 @dataclass
@@ -71,6 +95,27 @@ class StreamParser(ABC):
     def _finish(self) -> str: ...
 
 
+class ForcedBodyParser(StreamParser):
+    """Reads the output of a forced free-text-body call (`ConstrainedCall.body_argument`): all of it is the call."""
+
+    def __init__(self, call: ConstrainedCall) -> None:
+        super().__init__([call.name])
+        self._call = call
+        self._text = ""
+
+    def _feed(self, chunk: str) -> str:
+        self._text += chunk
+        return ""
+
+    def _finish(self) -> str:
+        text, prefix, suffix = self._text, self._call.prefix, self._call.suffix
+        if not text.startswith(prefix) or not text.rstrip().endswith(suffix) or self._call.body_argument is None:
+            return text  # cut short (max tokens): not a call
+        body = text[len(prefix) : len(text.rstrip()) - len(suffix)]
+        self.calls.append(ToolCall(name=self._call.name, arguments={self._call.body_argument: body.rstrip("\n")}))
+        return ""
+
+
 class Dialect(ABC):
     name: str
     label: str
@@ -80,12 +125,20 @@ class Dialect(ABC):
     def stream_parser(self, tool_names: Sequence[str]) -> StreamParser: ...
 
     @abstractmethod
-    def constrained_call(self, tool: dict[str, Any]) -> ConstrainedCall:
+    def json_call(self, tool: dict[str, Any]) -> ConstrainedCall:
         """The exact text of a call to `tool` (an OpenAI function schema), as prefix + JSON arguments + suffix."""
 
-    @abstractmethod
-    def call_text(self, call: ToolCall) -> str:
-        """A past call written the way this model family writes it (for prompts that render calls as text)."""
+    def constrained_call(self, tool: dict[str, Any], allow_code_body: bool = True) -> ConstrainedCall:
+        """How a forced call to `tool` is written: a code tool as a fenced block when it is the only allowed call
+        (`code_call`), anything else as this dialect's JSON call."""
+        if allow_code_body and code_argument(tool):
+            return code_call(tool, self.code_call_lead(tool["function"]["name"]))
+        return self.json_call(tool)
+
+    def code_call_lead(self, name: str) -> str:
+        """What precedes a fenced code call in this dialect (GLM-4 names the tool on the line before)."""
+        return ""
+
 
     @abstractmethod
     def format_instructions(self) -> str:
@@ -118,9 +171,9 @@ class Dialect(ABC):
     def render_fallback(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], tool_role: bool = True
     ) -> RenderedPrompt:
-        """For templates that render no tools: describe the tools in the system prompt, write past calls as text
-        and keep results in the tool role (generic templates such as SmolLM2's ChatML render any role; small
-        models answered from a `tool` turn far better than from a user turn that quotes the result)."""
+        """For templates that render no tools: describe the tools in the system prompt, leave past calls out and
+        keep results in the tool role (generic templates such as SmolLM2's ChatML render any role; small models
+        answered from a `tool` turn far better than from a user turn that quotes the result)."""
         out: list[dict[str, Any]] = []
         has_system = bool(messages) and messages[0].get("role") == "system"
         system = (messages[0].get("content") or "") if has_system else ""
@@ -134,9 +187,10 @@ class Dialect(ABC):
             out.append({"role": "system", "content": system})
         for message in rest:
             if message.get("role") == "assistant" and message.get("tool_calls"):
-                calls = "\n".join(self.call_text(ToolCall.from_openai(call)) for call in message["tool_calls"])
-                text = ((message.get("content") or "") + "\n" + calls).strip()
-                out.append({"role": "assistant", "content": text})
+                # Past calls are left out: a model that was never trained on tools copies any call it sees
+                # (SmolLM2 repeated the call instead of answering); the results below are what it needs.
+                if (message.get("content") or "").strip():
+                    out.append({"role": "assistant", "content": message["content"]})
             elif message.get("role") == "tool" and tool_role:
                 out.append({"role": "tool", "content": message.get("content") or ""})
             elif message.get("role") == "tool":

@@ -25,6 +25,10 @@ def _literal(text: str) -> xgr.Grammar:
 _DIGIT_CAPS = (("[0-9]*", "[0-9]{0, 15}"), ("basic_number_digits{1, -1}", "basic_number_digits{1, 15}"))
 
 
+# Any text without three backticks in a row: the body of a fenced code block.
+_FREE_TEXT_WITHOUT_FENCE = 'root ::= ([^`] | "`" [^`] | "``" [^`])*'
+
+
 def call_grammar(calls: Sequence[ConstrainedCall]) -> xgr.Grammar:
     return xgr.Grammar.from_ebnf(call_ebnf(calls))
 
@@ -42,7 +46,10 @@ def _unbounded_call_grammar(calls: Sequence[ConstrainedCall]) -> xgr.Grammar:
     alternatives = []
     for call in calls:
         parts = [_literal(call.prefix)] if call.prefix else []
-        parts.append(xgr.Grammar.from_json_schema(json.dumps(call.schema), any_whitespace=False, strict_mode=True))
+        if call.body_argument:
+            parts.append(xgr.Grammar.from_ebnf(_FREE_TEXT_WITHOUT_FENCE))
+        else:
+            parts.append(xgr.Grammar.from_json_schema(json.dumps(call.schema), any_whitespace=False, strict_mode=True))
         if call.suffix:
             parts.append(_literal(call.suffix))
         alternatives.append(xgr.Grammar.concat(*parts) if len(parts) > 1 else parts[0])

@@ -3,14 +3,54 @@
 
 from __future__ import annotations
 
+import ast
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from app.conversation import ToolCall
 from app.dialects.base import ConstrainedCall, Dialect, RenderedPrompt, StreamParser
 
 OBSERVATION = "<|observation|>"
+
+
+def _python_body(body: str) -> tuple[str, dict[str, Any]] | None:
+    from app.tools.python import strip_code_fence
+
+    code = strip_code_fence(body.strip())
+    return ("python", {"code": code}) if code.strip() else None
+
+
+def _browser_body(body: str) -> tuple[str, dict[str, Any]] | None:
+    """GLM-4's simple_browser writes a Python-style call: search("q", recency_days=3), open_url("u"), mclick([1])."""
+    try:
+        node = ast.parse(body.strip(), mode="eval").body
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+            return None
+        args = [ast.literal_eval(arg) for arg in node.args]
+        kwargs = {kw.arg: ast.literal_eval(kw.value) for kw in node.keywords if kw.arg}
+    except (SyntaxError, ValueError):
+        return None
+    name = node.func.id
+    if name == "search" and len(args) == 1:
+        return "web_search", {"query": args[0], **{k: v for k, v in kwargs.items() if k == "recency_days"}}
+    if name == "open_url" and len(args) == 1:
+        return "open_url", {"url": args[0]}
+    if name == "mclick" and len(args) == 1:
+        return "mclick", {"ids": args[0]}
+    return None
+
+
+def _cogview_body(body: str) -> tuple[str, dict[str, Any]] | None:
+    return ("generate_image", {"prompt": body.strip()}) if body.strip() else None
+
+
+# GLM-4's built-in tools write their call body in their own syntax; each maps onto one of our tools.
+BUILTINS: dict[str, tuple[tuple[str, ...], Callable[[str], tuple[str, dict[str, Any]] | None]]] = {
+    "python": (("python",), _python_body),
+    "simple_browser": (("web_search", "open_url", "mclick"), _browser_body),
+    "cogview": (("generate_image",), _cogview_body),
+}
 
 
 class GLM4Parser(StreamParser):
@@ -21,6 +61,8 @@ class GLM4Parser(StreamParser):
         super().__init__(tool_names)
         self._held = ""
         self._mode = "undecided"  # then "text" or "call"
+        builtins = [name for name, (targets, _) in BUILTINS.items() if set(targets) & set(tool_names)]
+        self._names = (*tool_names, *builtins)  # what may stand on the first line of a call
 
     def _feed(self, chunk: str) -> str:
         if self._mode == "text":
@@ -32,10 +74,10 @@ class GLM4Parser(StreamParser):
         if not head:
             return ""
         first_line, newline, _ = head.partition("\n")
-        if newline and first_line.strip() in self.tool_names:
+        if newline and first_line.strip() in self._names:
             self._mode = "call"
             return ""
-        if not newline and any(name.startswith(first_line) for name in self.tool_names):
+        if not newline and any(name.startswith(first_line) for name in self._names):
             return ""  # may still become a tool name
         self._mode = "text"
         held, self._held = self._held, ""
@@ -45,13 +87,21 @@ class GLM4Parser(StreamParser):
         held, self._held = self._held, ""
         head = held.lstrip()
         name, _, body = head.partition("\n")
-        if name.strip() in self.tool_names:
-            try:
-                arguments = json.loads(body.strip() or "{}")
-            except json.JSONDecodeError:
-                arguments = None
-            if isinstance(arguments, dict):
-                self.calls.append(ToolCall(name=name.strip(), arguments=arguments))
+        name = name.strip()
+        if name not in self._names:
+            return held
+        try:
+            arguments = json.loads(body.strip() or "{}")
+        except json.JSONDecodeError:
+            arguments = None
+        if isinstance(arguments, dict) and name in self.tool_names:
+            self.calls.append(ToolCall(name=name, arguments=arguments))
+            return ""
+        if name in BUILTINS:
+            targets, parse_body = BUILTINS[name]
+            call = parse_body(body)
+            if call is not None and call[0] in self.tool_names and call[0] in targets:
+                self.calls.append(ToolCall(name=call[0], arguments=call[1]))
                 return ""
         return held
 
@@ -64,12 +114,13 @@ class GLM4Dialect(Dialect):
     def stream_parser(self, tool_names: Sequence[str]) -> StreamParser:
         return GLM4Parser(tool_names)
 
-    def constrained_call(self, tool: dict[str, Any]) -> ConstrainedCall:
+    def json_call(self, tool: dict[str, Any]) -> ConstrainedCall:
         name = tool["function"]["name"]
         return ConstrainedCall(name, f"{name}\n", tool["function"]["parameters"], "")
 
-    def call_text(self, call: ToolCall) -> str:
-        return f"{call.name}\n{json.dumps(call.arguments, ensure_ascii=False)}"
+    def code_call_lead(self, name: str) -> str:
+        return f"{name}\n"
+
 
     def format_instructions(self) -> str:
         return (

@@ -6,7 +6,6 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from app.conversation import ToolCall
 from app.dialects.base import ConstrainedCall, Dialect, StreamParser, call_from_json, longest_prefix_suffix
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
@@ -66,14 +65,11 @@ class HermesDialect(Dialect):
     def stream_parser(self, tool_names: Sequence[str]) -> StreamParser:
         return HermesParser(tool_names)
 
-    def constrained_call(self, tool: dict[str, Any]) -> ConstrainedCall:
+    def json_call(self, tool: dict[str, Any]) -> ConstrainedCall:
         function = tool["function"]
         prefix = f'{OPEN}\n{{"name": {json.dumps(function["name"], ensure_ascii=False)}, "arguments": '
         return ConstrainedCall(function["name"], prefix, function["parameters"], f"}}\n{CLOSE}")
 
-    def call_text(self, call: ToolCall) -> str:
-        body = json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False)
-        return f"{OPEN}\n{body}\n{CLOSE}"
 
     def format_instructions(self) -> str:
         return (

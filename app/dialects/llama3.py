@@ -74,13 +74,11 @@ class Llama3JsonDialect(Dialect):
     def stream_parser(self, tool_names: Sequence[str]) -> StreamParser:
         return Llama3Parser(tool_names)
 
-    def constrained_call(self, tool: dict[str, Any]) -> ConstrainedCall:
+    def json_call(self, tool: dict[str, Any]) -> ConstrainedCall:
         name = tool["function"]["name"]
         prefix = f'{{"name": {json.dumps(name, ensure_ascii=False)}, "parameters": '
         return ConstrainedCall(name, prefix, tool["function"]["parameters"], "}")
 
-    def call_text(self, call: ToolCall) -> str:
-        return json.dumps({"name": call.name, "parameters": call.arguments}, ensure_ascii=False)
 
     def format_instructions(self) -> str:
         return (

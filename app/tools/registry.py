@@ -17,6 +17,8 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from transformers.utils import get_json_schema
 
+from app.conversation import Attachment
+
 DEFAULT_TIMEOUT_S = 10.0
 MAX_OBSERVATION_CHARS = 8_000  # what the model is shown; the UI keeps the whole result
 
@@ -26,10 +28,20 @@ class ToolError(Exception):
 
 
 @dataclass
+class ToolOutput:
+    """What a tool may return instead of plain text: text for the model plus images for the user."""
+
+    text: str
+    attachments: list[Attachment] = field(default_factory=list)
+    ok: bool = True  # False: the call ran but failed (e.g. the code raised); the text says how
+
+
+@dataclass
 class ToolResult:
     content: str
     ok: bool = True
     duration_s: float = 0.0
+    attachments: list[Attachment] = field(default_factory=list)
 
     def for_model(self) -> str:
         if len(self.content) <= MAX_OBSERVATION_CHARS:
@@ -43,6 +55,7 @@ class Tool:
     function: Callable[..., Any]
     schema: dict[str, Any]  # OpenAI style: {"type": "function", "function": {name, description, parameters}}
     timeout_s: float = DEFAULT_TIMEOUT_S
+    on_cancel: Callable[[], None] | None = None  # stops work a stopped or timed-out call left running
 
     @property
     def description(self) -> str:
@@ -72,6 +85,7 @@ class RunningCall:
 
     tool_name: str
     timeout_s: float
+    on_cancel: Callable[[], None] | None = None
     started: float = field(default_factory=time.perf_counter)
     _done: threading.Event = field(default_factory=threading.Event)
     _result: ToolResult | None = None
@@ -95,10 +109,20 @@ class RunningCall:
         if time.perf_counter() >= self.deadline:
             # A Python thread cannot be killed: the call is abandoned and its eventual result ignored.
             self._finish(ToolResult(f"Error: {self.tool_name} timed out after {self.timeout_s:g} s.", ok=False))
+            self._stop_work()
             return self._result
         return None
 
+    def _stop_work(self) -> None:
+        if self.on_cancel is not None:
+            try:
+                self.on_cancel()
+            except Exception:  # stopping is best effort; the result already says what happened
+                pass
+
     def cancel(self) -> ToolResult:
+        if not self._done.is_set():
+            self._stop_work()
         self._finish(ToolResult(f"Error: the user stopped {self.tool_name} before it finished.", ok=False))
         assert self._result is not None
         return self._result
@@ -108,10 +132,16 @@ class ToolRegistry:
     def __init__(self) -> None:
         self._tools: dict[str, Tool] = {}
 
-    def register(self, function: Callable[..., Any], *, timeout_s: float = DEFAULT_TIMEOUT_S) -> Tool:
+    def register(
+        self,
+        function: Callable[..., Any],
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        on_cancel: Callable[[], None] | None = None,
+    ) -> Tool:
         schema = schema_for(function)
-        tool = Tool(schema["function"]["name"], function, schema, timeout_s)
-        if tool.name in self._tools and self._tools[tool.name].function is not function:
+        tool = Tool(schema["function"]["name"], function, schema, timeout_s, on_cancel)
+        if tool.name in self._tools and self._tools[tool.name].function != function:
             raise ValueError(f"a different tool named {tool.name!r} is already registered")
         self._tools[tool.name] = tool
         return tool
@@ -128,6 +158,12 @@ class ToolRegistry:
     @property
     def names(self) -> list[str]:
         return list(self._tools)
+
+    def merged(self, other: ToolRegistry) -> ToolRegistry:
+        """A registry with the tools of both (the other's win on a name clash)."""
+        combined = ToolRegistry()
+        combined._tools = {**self._tools, **other._tools}
+        return combined
 
     def subset(self, names: Iterable[str]) -> ToolRegistry:
         """A registry with only the named tools (those the user enabled)."""
@@ -158,7 +194,7 @@ class ToolRegistry:
         """Validate, then run the tool in a daemon thread under its time limit."""
         tool = self._tools.get(name)
         timeout_s = tool.timeout_s if tool else 0.0
-        running = RunningCall(name, timeout_s)
+        running = RunningCall(name, timeout_s, tool.on_cancel if tool else None)
         problem = self.validation_error(name, arguments)
         if problem is not None or tool is None:
             running._finish(ToolResult(problem or "Error: unknown tool.", ok=False))
@@ -167,7 +203,10 @@ class ToolRegistry:
         def run() -> None:
             try:
                 value = tool.function(**arguments)
-                running._finish(ToolResult(_as_text(value)))
+                if isinstance(value, ToolOutput):
+                    running._finish(ToolResult(value.text, ok=value.ok, attachments=value.attachments))
+                else:
+                    running._finish(ToolResult(_as_text(value)))
             except ToolError as exc:
                 running._finish(ToolResult(f"Error: {exc}", ok=False))
             except Exception as exc:  # every failure is an observation, never a crash of the app

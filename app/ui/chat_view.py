@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from contextlib import closing
+from typing import Any
 
 import streamlit as st
 
@@ -21,26 +23,41 @@ from app.agent import (
     run_turn,
 )
 from app.clients.base import Client
-from app.conversation import Conversation, Message, ToolCall
+from app.conversation import Attachment, Conversation, Message, ToolCall
+from app.tools.browser import cited_sources
+from app.tools.documents import DocumentError, document_attachment
 from app.ui import state
 from app.ui.sidebar import SidebarState
 
 _FLUSH_EVERY_S = 0.05  # re-render the growing answer at most 20 times a second
 
 
-def render_history(conversation: Conversation) -> None:
+def render_history(conversation: Conversation, transform: Callable[[str], str] | None = None) -> None:
     """User messages in their own bubbles; everything the assistant did for one question (answers, tool calls and
     their results) in one assistant bubble."""
     results = {m.tool_call_id: m for m in conversation.messages if m.role == "tool"}
     bubble = None
+    turn_results: list[Message] = []
     for message in conversation.messages:
         if message.role in ("user", "system"):
-            bubble = None
+            _sources(bubble, turn_results)
+            bubble, turn_results = None, []
             render_message(message)
         elif message.role == "assistant":
             bubble = bubble or st.chat_message("assistant")
             with bubble:
-                _render_answer(message, results)
+                _render_answer(message, results, transform)
+        elif message.role == "tool":
+            turn_results.append(message)
+    _sources(bubble, turn_results)
+
+
+def _sources(bubble: Any, tool_results: list[Message]) -> None:
+    """Under an answer: links to the web pages its tools read (numbered as the model was told to cite them)."""
+    found = cited_sources("\n".join(m.content for m in tool_results))
+    if bubble is not None and found:
+        with bubble:
+            st.caption("Sources: " + " · ".join(f"[[{n}] {title}]({url})" for n, title, url in found))
 
 
 def render_message(message: Message) -> None:
@@ -48,15 +65,25 @@ def render_message(message: Message) -> None:
         _render_answer(message, {})
 
 
-def _render_answer(message: Message, results: dict[str | None, Message]) -> None:
+def _render_answer(
+    message: Message, results: dict[str | None, Message], transform: Callable[[str], str] | None = None
+) -> None:
     if message.content:
-        st.markdown(message.content)
+        st.markdown(transform(message.content) if transform and message.role == "assistant" else message.content)
+    for document in (a for a in message.attachments if a.kind == "document"):
+        if not document.text:
+            st.warning(f"{document.name}: {document.note}", icon=":material/warning:")
+            continue
+        note = f" · {document.note}" if document.note else ""
+        with st.expander(f":material/description: {document.name} ({len(document.text):,} characters{note})"):
+            st.text(document.text)
     if message.error:
         st.error(message.error, icon=":material/error:")
     for call in message.tool_calls:
         result = results.get(call.id)
         with st.status(_card_label(call, result), state=_card_state(result), expanded=False):
             _card_body(call, result)
+        _images(result)
     if message.metrics is not None and message.role == "assistant" and not message.error:
         _metrics_caption(message)
 
@@ -74,11 +101,30 @@ def _card_state(result: Message | None) -> str:
 
 
 def _card_body(call: ToolCall, result: Message | None) -> None:
-    st.caption("Arguments")
-    st.code(json.dumps(call.arguments, indent=2, ensure_ascii=False), language="json", wrap_lines=True)
+    _arguments(call)
     if result is not None:
-        st.caption("Result")
-        st.code(result.content, language="text", wrap_lines=True)
+        _result_body(result)
+
+
+def _arguments(call: ToolCall) -> None:
+    st.caption("Arguments")
+    code = call.arguments.get("code")
+    if list(call.arguments) == ["code"] and isinstance(code, str):
+        st.code(code, language="python", wrap_lines=True)  # a code tool: show the program, not escaped JSON
+    else:
+        st.code(json.dumps(call.arguments, indent=2, ensure_ascii=False), language="json", wrap_lines=True)
+
+
+def _result_body(result: Message) -> None:
+    st.caption("Result")
+    st.code(result.display_text or result.content, language="text", wrap_lines=True)
+
+
+def _images(message: Message | None) -> None:
+    """Plots and generated pictures go in the chat itself, under their card."""
+    for attachment in message.attachments if message is not None else []:
+        if attachment.kind == "image":
+            st.image(attachment.data, caption=attachment.name or None)
 
 
 def _metrics_caption(message: Message) -> None:
@@ -91,7 +137,11 @@ def _metrics_caption(message: Message) -> None:
 
 
 def stream_turn(
-    client: Client, conversation: Conversation, sidebar: SidebarState, tools: ToolSettings | None = None
+    client: Client,
+    conversation: Conversation,
+    sidebar: SidebarState,
+    tools: ToolSettings | None = None,
+    transform: Callable[[str], str] | None = None,
 ) -> None:
     """Stream a turn into an assistant bubble: text as it comes, a live card per tool call.
 
@@ -106,7 +156,7 @@ def stream_turn(
         text = ""
         last_flush = 0.0
         card = None
-        card_started = 0.0
+        card_name, card_started = "", 0.0
         events = run_turn(client, conversation, sidebar.params, sidebar.system_prompt, tools=tools)
         with closing(events):
             for event in events:
@@ -124,7 +174,8 @@ def stream_turn(
                 elif isinstance(event, Notice):
                     notices.caption(event.text)
                 elif isinstance(event, AnswerDone):
-                    body.markdown(event.message.content or "")
+                    content = event.message.content or ""
+                    body.markdown(transform(content) if transform else content)
                     if not event.message.error and (event.message.content or event.message.tool_calls):
                         _metrics_caption(event.message)
                     text = ""
@@ -132,16 +183,14 @@ def stream_turn(
                     card_name, card_started = event.call.name, time.monotonic()
                     card = st.status(f"Running {card_name}...", state="running", expanded=True)
                     with card:
-                        st.caption("Arguments")
-                        st.code(json.dumps(event.call.arguments, indent=2, ensure_ascii=False), language="json",
-                                wrap_lines=True)
+                        _arguments(event.call)
                 elif isinstance(event, ToolCallFinished):
                     assert card is not None
                     with card:
-                        st.caption("Result")
-                        st.code(event.message.content, language="text", wrap_lines=True)
+                        _result_body(event.message)
                     card.update(label=_card_label(event.call, event.message), state=_card_state(event.message),
                                 expanded=False)
+                    _images(event.message)
                     card = None
                     body = st.empty()  # the next answer goes below the card
                 elif isinstance(event, TurnError):
@@ -152,25 +201,50 @@ def stream_turn(
 
 def answer_if_asked(
     page: str,
-    prompt: str | None,
+    submitted: Any,
     conversation: Conversation,
     client: Client | None,
     sidebar: SidebarState,
     tools: ToolSettings | None = None,
+    on_upload: Callable[[str, bytes], None] | None = None,
+    transform: Callable[[str], str] | None = None,
 ) -> None:
-    """A page's chat loop: add the submitted message (or take a Regenerate/Resend request), stream the answer,
-    then redraw once so the sidebar (drawn before this turn) reflects the new last message."""
+    """A page's chat loop: add the submitted message (text, or text and files from a chat_input that accepts
+    files) or take a Regenerate/Resend request, stream the answer, then redraw once so the sidebar (drawn before
+    this turn) reflects the new last message. `on_upload` also receives every uploaded file."""
     wants_answer = state.pop_turn_request(page)
-    if prompt and prompt.strip():
-        render_message(conversation.add(Message(role="user", content=prompt.strip())))
+    message = user_message(submitted, on_upload)
+    if message is not None:
+        render_message(conversation.add(message))
         wants_answer = True
     if not wants_answer:
         return
     if client is None:
         answer_error(conversation, "No model is loaded: fix the model settings in the sidebar, then press Regenerate.")
     else:
-        stream_turn(client, conversation, sidebar, tools)
+        stream_turn(client, conversation, sidebar, tools, transform)
     st.rerun()
+
+
+def user_message(submitted: Any, on_upload: Callable[[str, bytes], None] | None = None) -> Message | None:
+    """The user's message from st.chat_input's value; uploaded files become document attachments (a file that
+    cannot be read stays on the message as a visible note, and the rest of the message still goes out)."""
+    if submitted is None:
+        return None
+    text = submitted if isinstance(submitted, str) else getattr(submitted, "text", "") or ""
+    files = [] if isinstance(submitted, str) else list(getattr(submitted, "files", []) or [])
+    attachments: list[Attachment] = []
+    for upload in files:
+        data = upload.getvalue()
+        try:
+            attachments.append(document_attachment(upload.name, data))
+            if on_upload is not None:
+                on_upload(upload.name, data)
+        except DocumentError as exc:
+            attachments.append(Attachment(kind="document", name=upload.name, note=f"not read: {exc}"))
+    if not text.strip() and not attachments:
+        return None
+    return Message(role="user", content=text.strip(), attachments=attachments)
 
 
 def answer_error(conversation: Conversation, reason: str) -> None:

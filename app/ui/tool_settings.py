@@ -8,14 +8,17 @@ from app.agent import DEFAULT_MAX_ROUNDS, ToolSettings
 from app.clients.base import Client
 from app.dialects import DIALECTS
 from app.tools import load_tools
+from app.tools.registry import ToolRegistry
 from app.ui import sidebar
 
-KEY_PREFIX = "tools."  # app/main.py keeps these widget values while another page is shown
+KEPT_PREFIX = "settings."  # app/main.py keeps widget values under this prefix while another page is shown
 _AUTO = "auto"
 
 
-def render(client: Client | None) -> ToolSettings:
-    registry = load_tools()
+def render(client: Client | None, page: str, registry: ToolRegistry | None = None) -> ToolSettings:
+    """The page's tool settings (each page keeps its own) over `registry` (default: the built-in tools)."""
+    registry = registry if registry is not None else load_tools()
+    KEY_PREFIX = f"{KEPT_PREFIX}{page}."  # noqa: N806 (reads like the constant it is within one page)
     with sidebar.page_section():
         st.subheader("Tools")
         for tool in registry:  # defaults through session state only: app/main.py re-assigns these keys
@@ -51,10 +54,15 @@ def render(client: Client | None) -> ToolSettings:
             key=f"{KEY_PREFIX}max_rounds",
             help="Each tool result costs another generation; the last one must answer in words.",
         )
+        # A model whose template knows no tools does not call them on its own: after a result it should answer.
+        native = getattr(client, "native_tools", True)
+        if not native:
+            st.caption("This model's chat template knows no tools: after a tool result it answers without tools.")
         st.divider()
     return ToolSettings(
         registry=registry.subset(enabled),
         choice=choice if choice in choices else "auto",
         dialect=None if dialect == _AUTO else dialect,
         max_rounds=int(max_rounds),
+        follow_up="auto" if native else "none",
     )

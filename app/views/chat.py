@@ -6,6 +6,7 @@ import streamlit as st
 
 from app.ui import sidebar, state
 from app.ui.chat_view import answer_if_asked, render_history
+from app.tools.documents import UPLOAD_TYPES
 from app.ui.client_cache import load_client
 
 PAGE = "chat"
@@ -20,5 +21,6 @@ if client is not None:
 
 render_history(conversation)
 
-prompt = st.chat_input("Message the model", submit_mode="stop", key="chat_input")
+prompt = st.chat_input("Message the model (you can attach documents)", submit_mode="stop", key="chat_input",
+                       accept_file="multiple", file_type=UPLOAD_TYPES)
 answer_if_asked(PAGE, prompt, conversation, client, settings)

@@ -15,7 +15,7 @@ conversation = state.conversation(PAGE)
 
 st.title("Tools")
 client = load_client(settings.model)
-tools = tool_settings.render(client)
+tools = tool_settings.render(client, PAGE)
 if client is not None:
     native = ("the model's chat template" if getattr(client, "native_tools", True)
               else "a system prompt (the chat template knows no tools)")

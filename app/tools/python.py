@@ -1,0 +1,32 @@
+"""The `python` tool: code runs in the browser session's own sandboxed Jupyter kernel (app/tools/kernel.py)."""
+
+from __future__ import annotations
+
+import re
+
+from app.conversation import Attachment
+from app.tools.kernel import KernelSession
+from app.tools.registry import ToolOutput
+
+_FENCE = re.compile(r"^\s*```(?:python|py)?\s*\n(.*?)\n?```\s*$", re.DOTALL)
+
+
+def strip_code_fence(code: str) -> str:
+    """Models often wrap code in a Markdown fence; the kernel wants the code."""
+    match = _FENCE.match(code)
+    return match.group(1) if match else code
+
+
+class PythonTool:
+    def __init__(self, kernel: KernelSession) -> None:
+        self.kernel = kernel
+
+    def python(self, code: str) -> ToolOutput:
+        """Run Python code in a Jupyter kernel and return what it prints, its result and its plots. Variables stay defined between calls. Files the user uploaded are in the current folder. Show plots with matplotlib (plt.show()).
+
+        Args:
+            code: The Python code to run.
+        """
+        result = self.kernel.execute(strip_code_fence(code))
+        images = [Attachment(kind="image", name=f"Figure {i}", data=png) for i, png in enumerate(result.images, 1)]
+        return ToolOutput(result.text(), images, ok=result.ok)

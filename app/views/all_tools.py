@@ -1,0 +1,58 @@
+"""All Tools page: the built-in tools plus a Python interpreter, a web browser, image generation (when
+configured) and document upload, all private to this browser session."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from app.tools import load_tools
+from app.tools.documents import UPLOAD_TYPES
+from app.ui import sidebar, state, tool_settings
+from app.ui.chat_view import answer_if_asked, render_history
+from app.ui.client_cache import load_client
+from app.ui.session_tools import session_tools
+
+PAGE = "all_tools"
+
+settings = sidebar.current()
+conversation = state.conversation(PAGE)
+tools_of_session = session_tools()
+
+st.title("All Tools")
+client = load_client(settings.model)
+tools = tool_settings.render(client, PAGE, load_tools().merged(tools_of_session.registry()))
+with sidebar.page_section():
+    if st.button("Restart Python kernel", key="restart_kernel", width="stretch",
+                 help="A fresh kernel: variables are lost, files in the session folder stay."):
+        with st.spinner("Restarting the kernel..."):
+            tools_of_session.kernel.restart()
+        st.toast("The Python kernel was restarted.", icon=":material/restart_alt:")
+if client is not None:
+    st.caption(client.describe())
+with st.expander("What the tools can do, and what the Python sandbox does and does not promise"):
+    limits = tools_of_session.kernel.limits
+    st.markdown(
+        f"""
+- **python** runs code in a Jupyter kernel that belongs to this browser tab only. It starts in a private folder
+  (uploaded files are copied there), with an environment stripped of secrets, and with limits on memory
+  ({limits.memory_mb} MB), CPU time ({limits.cpu_s} s), file size ({limits.file_mb} MB) and processes; each cell
+  stops after {limits.cell_timeout_s:g} s. The kernel shuts down when the tab closes or after
+  {limits.idle_shutdown_s / 60:g} idle minutes.
+- It is **not** an isolated container: code can read files the app's user can read and can use the network. Do not
+  run this demo where the model (or whoever talks to it) must not touch the machine.
+- **web_search**, **open_url** and **mclick** read the web; sources are numbered and cited as links. Local and
+  private addresses are refused unless allowed with `DEMO_BROWSER_ALLOW`.
+- **generate_image** is {"available" if tools_of_session.image_api else
+  "off: set `DEMO_IMAGE_API_URL`, `DEMO_IMAGE_API_KEY` and `DEMO_IMAGE_MODEL` (CogView or any OpenAI-compatible "
+  "images API) to turn it on"}.
+- Attach PDF, Word, PowerPoint or text files (CSV, JSON, code...) to a message: their text goes to the model and
+  the files to the Python folder.
+"""
+    )
+
+render_history(conversation, tools_of_session.browser.link_citations)
+
+submitted = st.chat_input("Ask, attach files, or ask for code and plots", submit_mode="stop", key="all_tools_input",
+                          accept_file="multiple", file_type=UPLOAD_TYPES)
+answer_if_asked(PAGE, submitted, conversation, client, settings, tools,
+                on_upload=tools_of_session.save_upload, transform=tools_of_session.browser.link_citations)
