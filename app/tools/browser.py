@@ -86,8 +86,8 @@ class WebBrowser:
         Args:
             url: The full http(s) address to open.
         """
-        title, text = fetch_readable(url.strip())
-        source = self._source_for(url.strip(), title)
+        final_url, title, text = fetch_readable(url.strip())
+        source = self._source_for(final_url, title)
         cut = "" if len(text) <= MAX_PAGE_CHARS else f"\n[... {len(text) - MAX_PAGE_CHARS} more characters cut]"
         return f"[{source.number}] {source.title} ({source.url})\n\n{text[:MAX_PAGE_CHARS]}{cut}"
 
@@ -123,8 +123,8 @@ def cited_sources(tool_output: str) -> list[tuple[int, str, str]]:
     return list(seen.values())
 
 
-def fetch_readable(url: str) -> tuple[str, str]:
-    """(title, main text) of a URL, following redirects only to addresses the guard allows."""
+def fetch_readable(url: str) -> tuple[str, str, str]:
+    """(final URL, title, main text) of a URL, following redirects only to addresses the guard allows."""
     try:
         with httpx.Client(timeout=TIMEOUT_S, follow_redirects=False, headers={"User-Agent": USER_AGENT}) as http:
             for _ in range(MAX_REDIRECTS + 1):
@@ -136,7 +136,7 @@ def fetch_readable(url: str) -> tuple[str, str]:
                     if response.status_code >= 400:
                         raise ToolError(f"{url} answered HTTP {response.status_code}.")
                     body = _read_capped(response)
-                    return _readable(url, response.headers.get("content-type", ""), body)
+                    return (url, *_readable(url, response.headers.get("content-type", ""), body))
     except (httpx.ConnectError, httpx.TimeoutException, httpx.NetworkError) as exc:
         raise ToolError(f"could not reach {url} ({type(exc).__name__}); the computer may be offline.") from None
     except httpx.HTTPError as exc:
@@ -156,11 +156,13 @@ def _read_capped(response: httpx.Response) -> bytes:
 
 def _readable(url: str, content_type: str, body: bytes) -> tuple[str, str]:
     kind = content_type.split(";")[0].strip().lower()
+    charset = re.search(r"charset=([\w.-]+)", content_type, re.IGNORECASE)
+    declared = charset.group(1) if charset else None
     try:
         if kind in ("text/html", "application/xhtml+xml") or (not kind and body.lstrip()[:1] == b"<"):
             import trafilatura
 
-            html = decode_text(url, body)
+            html = decode_text(url, body, declared)
             text = trafilatura.extract(html, url=url, include_comments=False, favor_precision=True) or ""
             found = _TITLE.search(html)
             title = re.sub(r"\s+", " ", found.group(1)).strip() if found else url
@@ -170,7 +172,7 @@ def _readable(url: str, content_type: str, body: bytes) -> tuple[str, str]:
         if kind == "application/pdf":
             return url, extract_text("page.pdf", body)
         if kind.startswith("text/") or kind in ("application/json", "application/xml"):
-            return url, decode_text(url, body).strip()
+            return url, decode_text(url, body, declared).strip()
     except DocumentError as exc:
         raise ToolError(str(exc)) from None
     raise ToolError(f"{url} is {kind or 'of an unknown type'}, which cannot be read as text.")

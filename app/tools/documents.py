@@ -46,11 +46,18 @@ def extract_text(name: str, data: bytes) -> str:
     raise DocumentError(f"{name}: {suffix or 'this'} files are not supported. Upload PDF, DOCX, PPTX or a text file.")
 
 
-def decode_text(name: str, data: bytes) -> str:
+def decode_text(name: str, data: bytes, declared: str | None = None) -> str:
+    """Text in the declared encoding if it fits, else UTF-8 if it fits, else whatever charset detection finds."""
     if not data:
         return ""
     if b"\x00" in data[:4096] and not data.startswith((b"\xff\xfe", b"\xfe\xff")):
         raise DocumentError(f"{name} looks like a binary file, not text.")
+    for encoding in (declared, "utf-8-sig"):
+        if encoding:
+            try:
+                return data.decode(encoding)
+            except (UnicodeDecodeError, LookupError):
+                pass
     match = from_bytes(data).best()
     if match is None:
         raise DocumentError(f"{name}: the text encoding could not be recognised.")

@@ -1,0 +1,48 @@
+"""Real HTTP servers on 127.0.0.1 for tests: `serve(routes)` answers each path with (status, headers, body)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+Reply = tuple[int, dict[str, str], bytes]
+Route = Callable[[BaseHTTPRequestHandler, bytes], Reply]
+
+
+def json_reply(data: Any, status: int = 200) -> Reply:
+    return status, {"Content-Type": "application/json"}, json.dumps(data).encode()
+
+
+@contextmanager
+def serve(routes: dict[str, Route]) -> Iterator[str]:
+    """Serve `routes` (path without query -> handler) on a free port; yields the base URL."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            route = routes.get(self.path.split("?")[0])
+            status, headers, payload = route(self, body) if route else (404, {}, b"not found")
+            self.send_response(status)
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        do_GET = do_POST = _answer  # noqa: N815 (http.server's naming)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
