@@ -34,7 +34,9 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def app_url(smollm2_dir):
     port = free_port()
-    env = {**os.environ, "DEMO_MODEL": str(smollm2_dir), "HF_HUB_OFFLINE": "1"}
+    # The local test site is allow-listed for the web tools, as an administrator would do for an intranet.
+    env = {**os.environ, "DEMO_MODEL": str(smollm2_dir), "HF_HUB_OFFLINE": "1", "DEMO_BROWSER_ALLOW": "127.0.0.1"}
+    env.pop("DEMO_IMAGE_API_URL", None)
     # `timeout` makes sure the server stops by itself even if pytest is killed.
     server = subprocess.Popen(
         ["timeout", "900", sys.executable, "-m", "streamlit", "run", "app/main.py",
@@ -152,4 +154,72 @@ def test_tools_page_shows_a_tool_call_card_and_the_answer(app_url, browser):
     card.get_by_text("17 * 23 = 391").wait_for(timeout=10_000)
     assert "391" in answer.inner_text() and "<tool_call>" not in answer.inner_text()
     page.screenshot(path=str(ARTIFACTS / "tools.png"), full_page=False)
+    page.close()
+
+
+@pytest.fixture(scope="module")
+def site():
+    from tests.local_http import serve
+    from tests.test_web_tools import ARTICLE, html
+
+    with serve({"/article": html(ARTICLE)}) as base:
+        yield base
+
+
+def open_all_tools(browser, app_url, tool):
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(f"{app_url}/all_tools")
+    page.get_by_text("SmolLM2-135M-Instruct").first.wait_for(timeout=120_000)
+    sidebar = page.get_by_test_id("stSidebar")
+    sidebar.get_by_role("slider").first.focus()
+    page.keyboard.press("Home")  # temperature 0: greedy
+    choose(page, sidebar.get_by_test_id("stSelectbox").filter(has_text="Tool choice"), tool)
+    return page
+
+
+def send(page, text, files=()):
+    if files:
+        page.locator('[data-testid="stChatInput"] input[type="file"]').set_input_files(list(files))
+        page.get_by_text(files[0]["name"]).first.wait_for(timeout=10_000)
+    box = page.get_by_test_id("stChatInputTextArea")
+    box.fill(text)
+    box.press("Enter")
+    return page.locator('[data-testid="stChatMessage"]').nth(1)
+
+
+def test_all_tools_the_model_runs_python_and_a_plot_appears(app_url, browser):
+    page = open_all_tools(browser, app_url, "python")
+    answer = send(page, "Plot [3, 1, 4, 1, 5, 9, 2, 6] with matplotlib.")
+    answer.get_by_test_id("stImage").first.wait_for(timeout=180_000)
+    answer.get_by_text("python ·").wait_for(timeout=10_000)
+    answer.get_by_text("tok/s").nth(1).wait_for(timeout=120_000)
+    page.mouse.move(700, 5)  # no tooltip in the screenshot
+    page.wait_for_timeout(1500)  # the page redraws once after the turn
+    assert answer.get_by_test_id("stExpander").count() == 1 and answer.get_by_test_id("stImage").count() == 1
+    page.screenshot(path=str(ARTIFACTS / "all-tools.png"), full_page=False)
+    page.close()
+
+
+def test_all_tools_an_uploaded_csv_is_analysed_with_python(app_url, browser):
+    page = open_all_tools(browser, app_url, "python")
+    csv = {"name": "prices.csv", "mimeType": "text/csv", "buffer": b"city,price\nParis,12.5\nBerlin,7.5\nRome,10\n"}
+    answer = send(page, "Read prices.csv with pandas and print the average price.", [csv])
+    page.locator('[data-testid="stChatMessage"]').first.get_by_text("prices.csv (40 characters)").wait_for(
+        timeout=30_000)  # the document, shown with the user's message
+    answer.get_by_text("python ·").wait_for(timeout=180_000)
+    card = answer.get_by_test_id("stExpander").first
+    card.click()
+    card.get_by_text("pandas").first.wait_for(timeout=10_000)
+    card.get_by_text("10.1").first.wait_for(timeout=10_000)  # the mean price, printed by the kernel
+    page.close()
+
+
+def test_all_tools_a_local_page_is_opened_and_cited(app_url, browser, site):
+    page = open_all_tools(browser, app_url, "open_url")
+    answer = send(page, f"Read the page {site}/article")
+    answer.get_by_text("open_url ·").wait_for(timeout=180_000)
+    answer.get_by_text("tok/s").nth(1).wait_for(timeout=120_000)
+    link = answer.locator(f'a[href="{site}/article"]').first
+    link.wait_for(timeout=10_000)
+    assert "Lighthouses of Brittany" in link.inner_text()
     page.close()

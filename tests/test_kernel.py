@@ -32,7 +32,7 @@ def test_prints_results_errors_and_plots_come_back_in_order(kernel):
     assert result.outputs[0].text == "first\nto stderr\n"
     assert result.outputs[1].png.startswith(b"\x89PNG")
     assert result.outputs[2].text == "after the plot\n" and result.outputs[3].text == "42\n"
-    assert result.text() == "first\nto stderr\n[figure 1: a plot, shown to the user]\nafter the plot\n42"
+    assert result.text() == "first\nto stderr\n[Figure 1 was displayed to the user.]\nafter the plot\n42"
     assert result.ok
 
 

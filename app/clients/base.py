@@ -76,8 +76,12 @@ class ToolRequest:
 
     @property
     def active_tools(self) -> list[dict[str, Any]]:
-        """The tools to show the model: none for "none"."""
-        return [] if self.choice == "none" else list(self.tools)
+        """The tools to show the model: none for "none", only the callable one(s) when a call is forced. (A long
+        list of tools it cannot call now only costs prefill time and distracts small models: SmolLM2 copied a URL
+        exactly with one tool in its prompt and garbled it with six.)"""
+        if self.choice == "none":
+            return []
+        return self.forced_tools or list(self.tools)
 
     @property
     def forced_tools(self) -> list[dict[str, Any]]:

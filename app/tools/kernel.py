@@ -82,7 +82,7 @@ class CellResult:
         for output in self.outputs:
             if output.kind == "image":
                 figure += 1
-                parts.append(f"[figure {figure}: a plot, shown to the user]\n")
+                parts.append(f"[Figure {figure} was displayed to the user.]\n")
             else:
                 parts.append(output.text)
         body = "".join(parts).strip()

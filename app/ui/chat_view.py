@@ -79,13 +79,14 @@ def _render_answer(
             st.text(document.text)
     if message.error:
         st.error(message.error, icon=":material/error:")
+    # Same order as while streaming: the generation's metrics, then the cards of the calls it made.
+    if message.metrics is not None and message.role == "assistant" and not message.error:
+        _metrics_caption(message)
     for call in message.tool_calls:
         result = results.get(call.id)
         with st.status(_card_label(call, result), state=_card_state(result), expanded=False):
             _card_body(call, result)
         _images(result)
-    if message.metrics is not None and message.role == "assistant" and not message.error:
-        _metrics_caption(message)
 
 
 def _card_label(call: ToolCall, result: Message | None) -> str:

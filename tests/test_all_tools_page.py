@@ -1,0 +1,50 @@
+"""The All Tools page through AppTest with the real SmolLM2: the model runs Python and a plot appears."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
+
+MAIN = str(Path(__file__).resolve().parent.parent / "app" / "main.py")
+
+
+@pytest.fixture
+def app(monkeypatch, smollm2_dir):
+    monkeypatch.setenv("DEMO_MODEL", str(smollm2_dir))
+    monkeypatch.delenv("DEMO_IMAGE_API_URL", raising=False)
+    st.cache_resource.clear()
+    at = AppTest.from_file(MAIN, default_timeout=240)
+    at.run()
+    at.switch_page("views/all_tools.py").run()
+    assert not at.exception
+    at.slider(key="temperature").set_value(0.0)
+    at.number_input(key="max_new_tokens").set_value(300)
+    at.run()
+    yield at
+    st.cache_resource.clear()
+
+
+def test_the_page_offers_session_tools_and_says_what_the_sandbox_promises(app):
+    options = app.selectbox(key="settings.all_tools.choice").options
+    assert {"python", "web_search", "open_url", "mclick", "calculator"} <= set(options)
+    assert "generate_image" not in options  # not configured
+    about = next(e for e in app.expander if e.label.startswith("What the tools can do"))
+    text = "".join(m.value for m in about.markdown)
+    assert "not** an isolated container" in text and "DEMO_IMAGE_API_URL" in text
+    assert app.button(key="restart_kernel")
+
+
+def test_smollm2_runs_python_and_the_plot_appears(app):
+    app.selectbox(key="settings.all_tools.choice").set_value("python").run()
+    app.chat_input(key="all_tools_input").set_value("Plot [3, 1, 4, 1, 5, 9, 2, 6] with matplotlib.").run()
+    assert not app.exception
+    user, assistant = app.chat_message
+    card = assistant.status[0]
+    assert card.label.startswith("python · ") and "failed" not in card.label
+    assert "import matplotlib" in card.code[0].value and card.code[0].language == "python"
+    assert "[Figure 1 was displayed to the user.]" in card.code[1].value
+    images = assistant.get("image")
+    assert len(images) == 1  # the plot, in the chat under its card
