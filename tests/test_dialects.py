@@ -75,6 +75,14 @@ def test_hermes_keeps_text_around_a_valid_call_and_an_invalid_block():
     assert parsed.content == "A  B <tool_call>oops</tool_call>"
 
 
+def test_hermes_closing_tag_inside_an_argument_and_an_invalid_block_before_a_call():
+    tricky = '<tool_call>{"name": "calculator", "arguments": {"expression": "</tool_call> in a string"}}</tool_call>'
+    assert calls(hermes.parse(tricky, TOOLS)) == [("calculator", {"expression": "</tool_call> in a string"})]
+    text = 'X <tool_call>oops</tool_call> Y <tool_call>{"name": "calculator", "arguments": {"expression": "1"}}</tool_call>'
+    parsed = hermes.parse(text, TOOLS)
+    assert calls(parsed) == [("calculator", {"expression": "1"})] and parsed.content == "X <tool_call>oops</tool_call> Y"
+
+
 def test_hermes_huge_arguments():
     big = "x" * 200_000
     parsed = hermes.parse(json.dumps({"name": "calculator", "arguments": {"expression": big}}).join(

@@ -31,20 +31,34 @@ class HermesParser(StreamParser):
                 shown.append(self._pending[:at])
                 self._pending = self._pending[at:]
                 self._inside = True
-            end = self._pending.find(CLOSE, len(OPEN))
-            if end < 0:
-                return "".join(shown)
-            block = self._pending[: end + len(CLOSE)]
-            self._pending = self._pending[end + len(CLOSE) :]
+            block = self._block_end()
+            if block is None:
+                return "".join(shown)  # no complete call yet: wait (a "</tool_call>" may sit inside a string)
+            end, valid = block
+            if not valid:
+                shown.append(self._pending[:end])  # not a call after all: it is text
+            self._pending = self._pending[end:]
             self._inside = False
-            if not self._take(block[len(OPEN) : -len(CLOSE)]):
-                shown.append(block)  # not a valid call: it is text after all
+
+    def _block_end(self) -> tuple[int, bool] | None:
+        """Where the open block ends and whether it was a valid call (then taken), or None while undecided.
+
+        A closing tag whose block is not valid JSON may sit inside a JSON string, so later closing tags are tried
+        too; once another <tool_call> opens after it, the block is over and was text."""
+        start = len(OPEN)
+        while (end := self._pending.find(CLOSE, start)) >= 0:
+            if self._take(self._pending[len(OPEN) : end]):
+                return end + len(CLOSE), True
+            if self._pending.find(OPEN, end) >= 0:
+                return end + len(CLOSE), False
+            start = end + 1
+        return None
 
     def _finish(self) -> str:
         pending, self._pending = self._pending, ""
         if self._inside and self._take(pending[len(OPEN) :]):
             return ""  # a complete call whose closing tag was cut by a stop string
-        return pending
+        return pending  # text, or a block that never became a valid call: shown as it is
 
     def _take(self, body: str) -> bool:
         try:
