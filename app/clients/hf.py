@@ -19,27 +19,17 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, StoppingCriteria, StoppingCriteriaList
 
-from app.chat_format import PromptTooLong, fit_to_context
 from app.clients.base import ClientError, Delta, GenerationParams, ToolRequest
+from app.clients.chat_template import ChatTemplate, LocalTemplateClient
 from app.clients.constrained import ConstrainedDecoding
 from app.clients.incremental_streamer import IncrementalTextStreamer
 from app.clients.stop_strings import StopStringFilter
 from app.config import ModelSettings, offline_by_default
 from app.conversation import AnswerMetrics, ToolCall
-from app.dialects import Dialect, StreamParser, detect_dialect, get_dialect
-from app.dialects.base import ForcedBodyParser
 
 log = logging.getLogger(__name__)
 
-# Used only when a model ships no chat template at all (base models): plain ChatML.
-FALLBACK_CHAT_TEMPLATE = (
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + (message['content'] or '') "
-    "+ '<|im_end|>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
 _WAIT_NOTICE_AFTER_S = 0.5
-_PROBE = "\u2063probe-answer\u2063"
-_PROBE_TOOL = {"type": "function", "function": {"name": "probe_tool_7f3a", "description": "Probe.",
-                                                "parameters": {"type": "object", "properties": {}}}}
 
 
 class CancelCriteria(StoppingCriteria):
@@ -96,7 +86,7 @@ def resolve_model_path(model_path: str) -> Path:
     return path
 
 
-class HFClient:
+class HFClient(LocalTemplateClient):
     backend = "hf"
 
     def __init__(self, settings: ModelSettings) -> None:
@@ -106,7 +96,7 @@ class HFClient:
         dtype = resolve_dtype(settings.dtype, self.device)
         self.model_path = resolve_model_path(settings.model_path)
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+            tokenizer = AutoTokenizer.from_pretrained(self.model_path)
             load_kwargs: dict[str, Any] = {"dtype": dtype}
             if self.device == "cuda":
                 load_kwargs["device_map"] = "auto"  # spreads a large model over every visible GPU
@@ -116,15 +106,8 @@ class HFClient:
         if self.device != "cuda":
             self.model.to(self.device)
         self.model.eval()
-        self.uses_fallback_template = not getattr(self.tokenizer, "chat_template", None)
-        if self.uses_fallback_template:
-            self.tokenizer.chat_template = FALLBACK_CHAT_TEMPLATE
-        self.context_window = self._context_window()
-        self.dialect = detect_dialect(self.tokenizer.chat_template)
-        self.dialect_name = self.dialect.name
-        self.native_tools = self._template_renders_tools(self.dialect)
-        self.tool_role = self._template_accepts_tool_role()
-        self.stop_token_ids = self._stop_token_ids()
+        eos = self.model.generation_config.eos_token_id
+        self.template = ChatTemplate(tokenizer, eos if isinstance(eos, list) else [eos], self._context_window(tokenizer))
         self._constrained = ConstrainedDecoding(self.tokenizer, self.model, self.stop_token_ids)
         self._lock = threading.Lock()
         self._generation_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-generate")
@@ -132,7 +115,7 @@ class HFClient:
 
     # ----- derived model facts -------------------------------------------------------------------------
 
-    def _context_window(self) -> int:
+    def _context_window(self, tokenizer: Any) -> int:
         if self.settings.max_context_tokens > 0:
             return self.settings.max_context_tokens
         config = self.model.config
@@ -140,95 +123,13 @@ class HFClient:
             value = getattr(config, attribute, None) or getattr(config.get_text_config(), attribute, None)
             if isinstance(value, int) and value > 0:
                 return value
-        limit = getattr(self.tokenizer, "model_max_length", 0)
+        limit = getattr(tokenizer, "model_max_length", 0)
         return limit if 0 < limit < 10_000_000 else 2048
-
-    def _stop_token_ids(self) -> list[int]:
-        """EOS from the generation config and tokenizer, plus the token the chat template closes a turn with."""
-        ids: list[int] = []
-        for source in (self.model.generation_config.eos_token_id, self.tokenizer.eos_token_id):
-            for token_id in source if isinstance(source, list) else [source]:
-                if isinstance(token_id, int) and token_id not in ids:
-                    ids.append(token_id)
-        end_of_turn = self._end_of_turn_token_id()
-        if end_of_turn is not None and end_of_turn not in ids:
-            ids.append(end_of_turn)
-        for text in self.dialect.stop_strings:  # e.g. GLM-4's <|observation|>, which ends a reply after a call
-            token_id = self._single_token_id(text)
-            if token_id is not None and token_id not in ids:
-                ids.append(token_id)
-        return ids
-
-    def _single_token_id(self, text: str) -> int | None:
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        return ids[0] if len(ids) == 1 else None
-
-    def _template_accepts_tool_role(self) -> bool:
-        messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x"},
-                    {"role": "tool", "content": _PROBE}]
-        try:
-            text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        except Exception:  # templates that insist on user/assistant alternation
-            return False
-        return isinstance(text, str) and _PROBE in text
-
-    def _template_renders_tools(self, dialect: Dialect) -> bool:
-        """Does the chat template show tools to the model? If not (SmolLM2, base models), the dialect's fallback
-        system prompt describes them instead."""
-        try:
-            prompt = dialect.render([{"role": "user", "content": "hi"}], [_PROBE_TOOL], native=True)
-            text = self.tokenizer.apply_chat_template(
-                prompt.messages, tools=prompt.tools, add_generation_prompt=True, tokenize=False
-            )
-        except Exception:  # a template that rejects tools cannot render them
-            return False
-        return isinstance(text, str) and _PROBE_TOOL["function"]["name"] in text
-
-    def _end_of_turn_token_id(self) -> int | None:
-        """Render a one-answer chat and look at the first token after the answer: a special token there closes
-        the assistant turn (<|im_end|>, <|eot_id|>, <end_of_turn>...), whatever the model family."""
-        try:
-            rendered = self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": "hi"}, {"role": "assistant", "content": _PROBE}], tokenize=False
-            )
-        except Exception:  # a template that rejects this shape simply gives no extra stop token
-            return None
-        if not isinstance(rendered, str) or _PROBE not in rendered:
-            return None
-        tail = rendered.split(_PROBE, 1)[1]
-        tail_ids = self.tokenizer(tail, add_special_tokens=False)["input_ids"]
-        special_ids = set(self.tokenizer.all_special_ids) | {
-            token_id for token_id, token in self.tokenizer.added_tokens_decoder.items() if token.special
-        }
-        return tail_ids[0] if tail_ids and tail_ids[0] in special_ids else None
 
     def describe(self) -> str:
         name = self.model_path.name
-        template = ", generic chat template" if self.uses_fallback_template else ""
+        template = ", generic chat template" if self.template.uses_fallback_template else ""
         return f"transformers · {name} · {self.device} · {self.model.dtype}{template} · context {self.context_window}"
-
-    def dialect_for(self, tools: ToolRequest | None) -> Dialect:
-        if tools is not None and tools.dialect:
-            try:
-                return get_dialect(tools.dialect)
-            except ValueError as exc:
-                raise ClientError(str(exc)) from exc
-        return self.dialect
-
-    # ----- prompting -------------------------------------------------------------------------------------
-
-    def count_prompt_tokens(self, messages: list[dict[str, Any]], tools: ToolRequest | None = None) -> int:
-        return len(self._render(messages, tools))
-
-    def _render(self, messages: list[dict[str, Any]], tools: ToolRequest | None = None) -> list[int]:
-        """Prompt token ids: the dialect puts tools, past calls and results where this model expects them."""
-        prompt = self.dialect_for(tools).render(
-            messages, tools.active_tools if tools else None, self.native_tools, self.tool_role
-        )
-        encoded = self.tokenizer.apply_chat_template(
-            prompt.messages, tools=prompt.tools, add_generation_prompt=True, tokenize=True, return_dict=True
-        )
-        return list(encoded["input_ids"])
 
     # ----- generation ------------------------------------------------------------------------------------
 
@@ -267,44 +168,19 @@ class HFClient:
         started: float,
         tools: ToolRequest | None,
     ) -> Iterator[Delta]:
-        dialect = self.dialect_for(tools)
-        # Reserve room for the answer, but never more than half the window: a large "max new tokens" on a small
-        # model should shorten the answer's room, not drop the whole history.
-        reserve = min(params.max_new_tokens, max(1, self.context_window // 2))
-        try:
-            fitted = fit_to_context(
-                messages, lambda candidate: self.count_prompt_tokens(candidate, tools), self.context_window - reserve
-            )
-        except PromptTooLong as exc:
-            raise ClientError(str(exc)) from exc
-        except Exception as exc:  # a template that cannot render these messages
-            raise ClientError(f"The model's chat template could not render the conversation: {exc}") from exc
-        max_new_tokens = min(params.max_new_tokens, self.context_window - fitted.token_count)
-        metrics.prompt_tokens = fitted.token_count
-        metrics.dropped_messages = fitted.dropped_messages
-        if fitted.dropped_messages:
-            yield Delta(
-                notice=f"Dropped the {fitted.dropped_messages} oldest message(s) so the prompt fits the "
-                f"{self.context_window}-token context window.",
-                metrics=metrics,
-            )
+        prompt = self.template.prepare(messages, params, tools)
+        max_new_tokens = prompt.max_new_tokens
+        metrics.prompt_tokens = len(prompt.token_ids)
+        metrics.dropped_messages = prompt.dropped_messages
+        if prompt.notice:
+            yield Delta(notice=prompt.notice, metrics=metrics)
 
         finished = threading.Event()  # set when the consumer goes away: stops generate() too
-        active_tools = tools.active_tools if tools else []
-        # A dialect stop string that is not one token of this vocabulary is matched on the text instead.
-        text_stops = [s for s in dialect.stop_strings if self._single_token_id(s) not in self.stop_token_ids]
-        stop_filter = StopStringFilter((*params.stop, *text_stops) if active_tools else params.stop)
-        parser: StreamParser | None = (
-            dialect.stream_parser([tool["function"]["name"] for tool in active_tools]) if active_tools else None
-        )
+        stop_filter = StopStringFilter(prompt.stop_strings)
+        parser, forced = prompt.parser, prompt.forced
         streamer = IncrementalTextStreamer(self.tokenizer, on_token=lambda n: setattr(metrics, "completion_tokens", n))
-        input_ids = torch.tensor([self._render(fitted.messages, tools)], device=self.model.device)
+        input_ids = torch.tensor([prompt.token_ids], device=self.model.device)
         generate_kwargs = self._generate_kwargs(params, max_new_tokens)
-        forced_tools = tools.forced_tools if tools else []
-        # A free-text code body only when it is the one allowed call: then the whole reply is that call.
-        forced = [dialect.constrained_call(tool, allow_code_body=len(forced_tools) == 1) for tool in forced_tools]
-        if len(forced) == 1 and forced[0].body_argument:
-            parser = ForcedBodyParser(forced[0])
         if forced:
             try:
                 generate_kwargs["logits_processor"] = self._constrained.logits_processors(forced)

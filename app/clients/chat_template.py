@@ -1,0 +1,200 @@
+"""What a local backend (transformers or vLLM) needs to know about a model's chat template, and turning OpenAI
+messages plus tools into prompt token ids with it: the tool-call dialect, whether the template renders tools,
+stop tokens, fitting into the context window, and the parser and grammar for the reply."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app.chat_format import PromptTooLong, fit_to_context
+from app.clients.base import ClientError, GenerationParams, ToolRequest
+from app.dialects import ConstrainedCall, Dialect, StreamParser, detect_dialect, get_dialect
+from app.dialects.base import ForcedBodyParser
+
+# Used only when a model ships no chat template at all (base models): plain ChatML.
+FALLBACK_CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + (message['content'] or '') "
+    "+ '<|im_end|>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+_PROBE = "\u2063probe-answer\u2063"
+_PROBE_TOOL = {"type": "function", "function": {"name": "probe_tool_7f3a", "description": "Probe.",
+                                                "parameters": {"type": "object", "properties": {}}}}
+
+
+@dataclass
+class PreparedPrompt:
+    """Everything a backend needs to generate one reply."""
+
+    token_ids: list[int]
+    max_new_tokens: int
+    dropped_messages: int
+    notice: str | None
+    stop_strings: tuple[str, ...]  # the user's, plus dialect stops that are not single tokens
+    parser: StreamParser | None  # splits the reply into text and calls; None without tools
+    forced: list[ConstrainedCall]  # the calls a grammar must force (tool_choice required / named)
+
+
+class ChatTemplate:
+    def __init__(self, tokenizer: Any, eos_token_ids: Sequence[int | None], context_window: int) -> None:
+        self.tokenizer = tokenizer
+        self.uses_fallback_template = not getattr(tokenizer, "chat_template", None)
+        if self.uses_fallback_template:
+            tokenizer.chat_template = FALLBACK_CHAT_TEMPLATE
+        self.context_window = context_window
+        self.dialect = detect_dialect(tokenizer.chat_template)
+        self.native_tools = self._renders_tools(self.dialect)
+        self.tool_role = self._accepts_tool_role()
+        self.stop_token_ids = self._stop_token_ids(eos_token_ids)
+
+    # ----- facts about the template ------------------------------------------------------------------------
+
+    def _stop_token_ids(self, eos_token_ids: Sequence[int | None]) -> list[int]:
+        """EOS from the generation config and tokenizer, the token the chat template closes a turn with, and
+        single-token dialect stops (GLM-4's <|observation|>)."""
+        ids: list[int] = []
+        for token_id in [*eos_token_ids, self.tokenizer.eos_token_id, self._end_of_turn_token_id(),
+                         *(self.single_token_id(text) for text in self.dialect.stop_strings)]:
+            if isinstance(token_id, int) and token_id not in ids:
+                ids.append(token_id)
+        return ids
+
+    def single_token_id(self, text: str) -> int | None:
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return ids[0] if len(ids) == 1 else None
+
+    def _accepts_tool_role(self) -> bool:
+        messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x"},
+                    {"role": "tool", "content": _PROBE}]
+        try:
+            text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        except Exception:  # templates that insist on user/assistant alternation
+            return False
+        return isinstance(text, str) and _PROBE in text
+
+    def _renders_tools(self, dialect: Dialect) -> bool:
+        """Does the chat template show tools to the model? If not (SmolLM2, base models), the dialect's fallback
+        system prompt describes them instead."""
+        try:
+            prompt = dialect.render([{"role": "user", "content": "hi"}], [_PROBE_TOOL], native=True)
+            text = self.tokenizer.apply_chat_template(
+                prompt.messages, tools=prompt.tools, add_generation_prompt=True, tokenize=False
+            )
+        except Exception:  # a template that rejects tools cannot render them
+            return False
+        return isinstance(text, str) and _PROBE_TOOL["function"]["name"] in text
+
+    def _end_of_turn_token_id(self) -> int | None:
+        """Render a one-answer chat and look at the first token after the answer: a special token there closes
+        the assistant turn (<|im_end|>, <|eot_id|>, <end_of_turn>...), whatever the model family."""
+        try:
+            rendered = self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": "hi"}, {"role": "assistant", "content": _PROBE}], tokenize=False
+            )
+        except Exception:  # a template that rejects this shape simply gives no extra stop token
+            return None
+        if not isinstance(rendered, str) or _PROBE not in rendered:
+            return None
+        tail = rendered.split(_PROBE, 1)[1]
+        tail_ids = self.tokenizer(tail, add_special_tokens=False)["input_ids"]
+        special_ids = set(self.tokenizer.all_special_ids) | {
+            token_id for token_id, token in self.tokenizer.added_tokens_decoder.items() if token.special
+        }
+        return tail_ids[0] if tail_ids and tail_ids[0] in special_ids else None
+
+    # ----- prompts -----------------------------------------------------------------------------------------
+
+    def dialect_for(self, tools: ToolRequest | None) -> Dialect:
+        if tools is not None and tools.dialect:
+            try:
+                return get_dialect(tools.dialect)
+            except ValueError as exc:
+                raise ClientError(str(exc)) from exc
+        return self.dialect
+
+    def render(self, messages: list[dict[str, Any]], tools: ToolRequest | None = None) -> list[int]:
+        """Prompt token ids: the dialect puts tools, past calls and results where this model expects them."""
+        prompt = self.dialect_for(tools).render(
+            messages, tools.active_tools if tools else None, self.native_tools, self.tool_role
+        )
+        encoded = self.tokenizer.apply_chat_template(
+            prompt.messages, tools=prompt.tools, add_generation_prompt=True, tokenize=True, return_dict=True
+        )
+        return list(encoded["input_ids"])
+
+    def count(self, messages: list[dict[str, Any]], tools: ToolRequest | None = None) -> int:
+        return len(self.render(messages, tools))
+
+    def prepare(
+        self, messages: list[dict[str, Any]], params: GenerationParams, tools: ToolRequest | None
+    ) -> PreparedPrompt:
+        dialect = self.dialect_for(tools)
+        # Reserve room for the answer, but never more than half the window: a large "max new tokens" on a small
+        # model should shorten the answer's room, not drop the whole history.
+        reserve = min(params.max_new_tokens, max(1, self.context_window // 2))
+        try:
+            fitted = fit_to_context(messages, lambda candidate: self.count(candidate, tools),
+                                    self.context_window - reserve)
+        except PromptTooLong as exc:
+            raise ClientError(str(exc)) from exc
+        except Exception as exc:  # a template that cannot render these messages
+            raise ClientError(f"The model's chat template could not render the conversation: {exc}") from exc
+        notice = None
+        if fitted.dropped_messages:
+            notice = (f"Dropped the {fitted.dropped_messages} oldest message(s) so the prompt fits the "
+                      f"{self.context_window}-token context window.")
+        active_tools = tools.active_tools if tools else []
+        # A dialect stop string that is not one token of this vocabulary is matched on the text instead.
+        text_stops = [s for s in dialect.stop_strings if self.single_token_id(s) not in self.stop_token_ids]
+        parser = dialect.stream_parser([tool["function"]["name"] for tool in active_tools]) if active_tools else None
+        forced_tools = tools.forced_tools if tools else []
+        # A free-text code body only when it is the one allowed call: then the whole reply is that call.
+        forced = [dialect.constrained_call(tool, allow_code_body=len(forced_tools) == 1) for tool in forced_tools]
+        if len(forced) == 1 and forced[0].body_argument:
+            parser = ForcedBodyParser(forced[0])
+        return PreparedPrompt(
+            token_ids=self.render(fitted.messages, tools),
+            max_new_tokens=min(params.max_new_tokens, self.context_window - fitted.token_count),
+            dropped_messages=fitted.dropped_messages,
+            notice=notice,
+            stop_strings=(*params.stop, *text_stops) if active_tools else params.stop,
+            parser=parser,
+            forced=forced,
+        )
+
+
+class LocalTemplateClient:
+    """Shared by the local backends: the facts of their ChatTemplate, under the names the front ends use."""
+
+    template: ChatTemplate
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.template.tokenizer
+
+    @property
+    def dialect(self) -> Dialect:
+        return self.template.dialect
+
+    @property
+    def dialect_name(self) -> str:
+        return self.template.dialect.name
+
+    @property
+    def native_tools(self) -> bool:
+        return self.template.native_tools
+
+    @property
+    def stop_token_ids(self) -> list[int]:
+        return self.template.stop_token_ids
+
+    @property
+    def context_window(self) -> int:
+        return self.template.context_window
+
+    def _render(self, messages: list[dict[str, Any]], tools: ToolRequest | None = None) -> list[int]:
+        return self.template.render(messages, tools)
+
+    def count_prompt_tokens(self, messages: list[dict[str, Any]], tools: ToolRequest | None = None) -> int:
+        return self.template.count(messages, tools)
