@@ -25,7 +25,7 @@ def _int(name: str, default: int) -> int:
 class VLLMOptions:
     """vLLM engine options (ignored by the other backends)."""
 
-    gpu_memory_utilization: float = 0.9
+    gpu_memory_utilization: float = 0.0  # share of GPU memory vLLM takes (of RAM on CPU); 0: 0.9 on GPU, 0.3 on CPU
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
     distributed_executor_backend: str = "mp"  # "mp" (one machine) or "ray" (several)
@@ -35,7 +35,7 @@ class VLLMOptions:
     @classmethod
     def from_env(cls) -> VLLMOptions:
         return cls(
-            gpu_memory_utilization=float(os.environ.get("DEMO_VLLM_GPU_MEMORY_UTILIZATION", "0.9") or 0.9),
+            gpu_memory_utilization=float(os.environ.get("DEMO_VLLM_GPU_MEMORY_UTILIZATION", "0") or 0),
             tensor_parallel_size=_int("DEMO_VLLM_TENSOR_PARALLEL_SIZE", 1),
             pipeline_parallel_size=_int("DEMO_VLLM_PIPELINE_PARALLEL_SIZE", 1),
             distributed_executor_backend=os.environ.get("DEMO_VLLM_EXECUTOR", "mp") or "mp",

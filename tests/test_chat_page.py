@@ -91,14 +91,14 @@ def test_a_stopped_answer_is_kept_and_marked(app, tiny_client):
 
 def test_a_bad_model_path_is_an_actionable_error_and_nothing_is_lost(app, tiny_model_dir):
     send(app, "Hello there")
-    app.text_input(key="model_path").set_value("/no/such/model").run()
+    app.text_input(key="settings.model.model_path").set_value("/no/such/model").run()
     assert any("does not exist" in e.value for e in app.error)
     send(app, "Still there?")
     rows = messages(app)
     assert [r[1] for r in rows][:3] == ["Hello there", rows[1][1], "Still there?"]
     assert any("No model is loaded" in e.value for e in app.chat_message[3].error)
     # Fix the path and regenerate: the conversation carries on.
-    app.text_input(key="model_path").set_value(str(tiny_model_dir)).run()
+    app.text_input(key="settings.model.model_path").set_value(str(tiny_model_dir)).run()
     app.button(key="regenerate").click().run()
     rows = messages(app)
     assert len(rows) == 4 and rows[3][0] == "assistant" and rows[3][1].strip()

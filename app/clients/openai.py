@@ -182,7 +182,7 @@ class OpenAIClient:
         metrics.total_time_s = time.perf_counter() - started
         if first is not None and last is not None and metrics.completion_tokens > 1 and last > first:
             metrics.tokens_per_second = (metrics.completion_tokens - 1) / (last - first)
-        tool_calls, notice = _decode_calls(calls)
+        tool_calls, notice = _decode_calls(calls, tools)
         if notice:
             yield Delta(notice=notice, metrics=metrics)
         if not finished or cancel.is_set():
@@ -197,7 +197,19 @@ class OpenAIClient:
         self.sdk.close()
 
 
-def _decode_calls(calls: dict[int, dict[str, str]]) -> tuple[list[ToolCall], str | None]:
+def _wrap_lone_argument(arguments: Any, name: str, tools: ToolRequest | None) -> Any:
+    """vLLM 0.32's forced calls (and some small models) send a one-parameter tool's value bare ("Paris" instead of
+    {"city": "Paris"}); for a tool with exactly one parameter that is unambiguous, so it is wrapped."""
+    if isinstance(arguments, dict) or tools is None:
+        return arguments
+    for tool in tools.tools:
+        properties = tool["function"].get("parameters", {}).get("properties", {})
+        if tool["function"]["name"] == name and len(properties) == 1:
+            return {next(iter(properties)): arguments}
+    return arguments
+
+
+def _decode_calls(calls: dict[int, dict[str, str]], tools: ToolRequest | None) -> tuple[list[ToolCall], str | None]:
     decoded: list[ToolCall] = []
     problems: list[str] = []
     for index in sorted(calls):
@@ -207,6 +219,7 @@ def _decode_calls(calls: dict[int, dict[str, str]]) -> tuple[list[ToolCall], str
         except json.JSONDecodeError:
             problems.append(f"{slot['name'] or 'a tool'} (arguments are not valid JSON)")
             continue
+        arguments = _wrap_lone_argument(arguments, slot["name"], tools)
         if not slot["name"] or not isinstance(arguments, dict):
             problems.append(f"{slot['name'] or 'a call without a name'} (not a function call)")
             continue

@@ -43,6 +43,14 @@ def _import_vllm() -> Any:
     return AsyncEngineArgs, AsyncLLM, SamplingParams, RequestOutputKind, StructuredOutputsParams
 
 
+def _default_memory_share() -> float:
+    """vLLM reserves this share of the device's memory up front; on a CPU that is the machine's RAM, shared with
+    everything else, so take less there."""
+    import torch
+
+    return 0.9 if torch.cuda.is_available() else 0.3
+
+
 class VLLMClient(LocalTemplateClient):
     backend = "vllm"
 
@@ -71,7 +79,7 @@ class VLLMClient(LocalTemplateClient):
             model=str(self.model_path),
             dtype=settings.dtype,
             max_model_len=context,
-            gpu_memory_utilization=options.gpu_memory_utilization,
+            gpu_memory_utilization=options.gpu_memory_utilization or _default_memory_share(),
             tensor_parallel_size=options.tensor_parallel_size,
             pipeline_parallel_size=options.pipeline_parallel_size,
             distributed_executor_backend=options.distributed_executor_backend,

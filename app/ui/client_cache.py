@@ -14,19 +14,23 @@ def _release(client: Client) -> None:
 
 
 @st.cache_resource(max_entries=1, show_spinner=False, on_release=_release)
-def _cached_client(backend: str, model_path: str, device: str, dtype: str, max_context_tokens: int) -> Client:
-    settings = ModelSettings(backend, model_path, device, dtype, max_context_tokens)
+def _cached_client(settings: ModelSettings) -> Client:
+    # One entry: switching backend or model releases the previous one (its memory, its engine processes).
     return create_client(settings)
 
 
 def load_client(settings: ModelSettings) -> Client | None:
     """The client for these settings, or None after showing why it could not be loaded."""
-    name = settings.model_path or "the embedded SmolLM2-135M-Instruct"
+    if settings.backend == "openai":
+        name = f"the API at {settings.api_base_url}"
+    else:
+        name = settings.model_path or "the embedded SmolLM2-135M-Instruct"
+        if settings.backend == "vllm":
+            name += " in vLLM (starting the engine takes 30 s or more)"
     try:
-        with st.spinner(f"Loading {name}... (first load of a model takes a while)"):
-            return _cached_client(
-                settings.backend, settings.model_path, settings.device, settings.dtype, settings.max_context_tokens
-            )
+        with st.spinner(f"Connecting to {name}..." if settings.backend == "openai"
+                        else f"Loading {name}... (first load of a model takes a while)"):
+            return _cached_client(settings)
     except ClientError as exc:
         st.error(f"**Model not loaded.** {exc}", icon=":material/error:")
     except Exception as exc:  # never let a loader bug take the page down

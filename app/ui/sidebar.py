@@ -6,7 +6,7 @@ the result with `current()`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import streamlit as st
 
@@ -50,20 +50,7 @@ def render(page: str, conversation: Conversation) -> SidebarState:
             index=list(BACKENDS).index(defaults.backend) if defaults.backend in BACKENDS else 0,
             key="backend",
         )
-        model_path = st.text_input(
-            "Model path",
-            value=defaults.model_path,
-            placeholder="empty: embedded SmolLM2-135M-Instruct",
-            help="A local Hugging Face model folder (config.json + safetensors). Nothing is downloaded.",
-            key="model_path",
-        )
-        with st.expander("Device and precision"):
-            device = st.selectbox("Device", ["auto", "cpu", "cuda", "mps"], key="device",
-                                  index=["auto", "cpu", "cuda", "mps"].index(defaults.device)
-                                  if defaults.device in ("auto", "cpu", "cuda", "mps") else 0)
-            dtype = st.selectbox("Precision", ["auto", "float32", "bfloat16", "float16"], key="dtype",
-                                 index=["auto", "float32", "bfloat16", "float16"].index(defaults.dtype)
-                                 if defaults.dtype in ("auto", "float32", "bfloat16", "float16") else 0)
+        model = _model_settings(backend, defaults)
 
         st.subheader("Generation")
         system_prompt = st.text_area("System prompt", value=DEFAULT_SYSTEM_PROMPT, key="system_prompt")
@@ -84,7 +71,7 @@ def render(page: str, conversation: Conversation) -> SidebarState:
         _edit_last_message(page, conversation)
 
     result = SidebarState(
-        model=ModelSettings(backend, model_path.strip(), device, dtype, defaults.max_context_tokens),
+        model=model,
         params=GenerationParams(
             temperature=float(temperature),
             top_p=float(top_p),
@@ -96,6 +83,64 @@ def render(page: str, conversation: Conversation) -> SidebarState:
     )
     st.session_state[_STATE_KEY] = result
     return result
+
+
+_DEVICES = ["auto", "cpu", "cuda", "mps"]
+_DTYPES = ["auto", "float32", "bfloat16", "float16"]
+
+
+def _choice(options: list[str], value: str) -> int:
+    return options.index(value) if value in options else 0
+
+
+def _model_settings(backend: str, defaults: ModelSettings) -> ModelSettings:
+    """The backend's own inputs; the conversation is untouched when any of them changes. (Keys under "settings."
+    keep their values while another backend's inputs are shown, see app/main.py.)"""
+    if backend == "openai":
+        base_url = st.text_input("API base URL", value=defaults.api_base_url, key="settings.model.api_base_url",
+                                 help="Any OpenAI-compatible server, e.g. `vllm serve` (http://host:8000/v1).")
+        api_key = st.text_input("API key", value=defaults.api_key, key="settings.model.api_key", type="password",
+                                help="Empty for servers without a key.")
+        api_model = st.text_input("Model", value=defaults.api_model, key="settings.model.api_model",
+                                  placeholder="empty: the first model the server lists")
+        return replace(defaults, backend=backend, api_base_url=base_url.strip(), api_key=api_key.strip(),
+                       api_model=api_model.strip())
+    model_path = st.text_input(
+        "Model path",
+        value=defaults.model_path,
+        placeholder="empty: embedded SmolLM2-135M-Instruct",
+        help="A local Hugging Face model folder (config.json + safetensors). Nothing is downloaded.",
+        key="settings.model.model_path",
+    )
+    if backend == "vllm":
+        with st.expander("vLLM engine"):
+            dtype = st.selectbox("Precision", _DTYPES, key="settings.model.vllm_dtype", index=_choice(_DTYPES, defaults.dtype))
+            v = defaults.vllm
+            options = replace(
+                v,
+                gpu_memory_utilization=st.slider("Memory share", 0.0, 0.99, v.gpu_memory_utilization, 0.01,
+                                                 key="settings.model.vllm_gpu_memory_utilization",
+                                                 help="Share of GPU memory (of RAM on a CPU) vLLM reserves. "
+                                                 "0: automatic (0.9 on a GPU, 0.3 on a CPU)."),
+                tensor_parallel_size=int(st.number_input("Tensor parallel size", 1, 64, v.tensor_parallel_size,
+                                                         key="settings.model.vllm_tensor_parallel_size",
+                                                         help="GPUs that split each layer (one machine).")),
+                pipeline_parallel_size=int(st.number_input("Pipeline parallel size", 1, 64, v.pipeline_parallel_size,
+                                                           key="settings.model.vllm_pipeline_parallel_size",
+                                                           help="Groups of layers on different GPUs or machines.")),
+                distributed_executor_backend=st.selectbox(
+                    "Executor", ["mp", "ray"], index=_choice(["mp", "ray"], v.distributed_executor_backend),
+                    key="settings.model.vllm_executor", help="mp: one machine. ray: several machines joined in a Ray cluster."),
+                enforce_eager=st.checkbox("Enforce eager (no CUDA graphs)", value=v.enforce_eager,
+                                          key="settings.model.vllm_enforce_eager"),
+                quantization=st.text_input("Quantization", value=v.quantization, key="settings.model.vllm_quantization",
+                                           placeholder="from the model's config (awq, gptq, fp8...)").strip(),
+            )
+        return replace(defaults, backend=backend, model_path=model_path.strip(), dtype=dtype, vllm=options)
+    with st.expander("Device and precision"):
+        device = st.selectbox("Device", _DEVICES, key="settings.model.device", index=_choice(_DEVICES, defaults.device))
+        dtype = st.selectbox("Precision", _DTYPES, key="settings.model.dtype", index=_choice(_DTYPES, defaults.dtype))
+    return replace(defaults, backend=backend, model_path=model_path.strip(), device=device, dtype=dtype)
 
 
 def _regenerate(page: str, conversation: Conversation) -> None:

