@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 # This machine's pip config lists local indexes that may not exist; keep their warnings out of the log.
 QUIET_PIP := sed '/^WARNING: Location .file:/d'
 
-.PHONY: setup setup-vllm setup-vllm-cpu run test bench model browser clean
+.PHONY: setup setup-vllm setup-vllm-cpu run serve test bench model browser clean
 
 setup: $(STAMP) model
 
@@ -46,6 +46,12 @@ model: $(STAMP)
 run: setup
 	@echo "Starting the demo on http://$(HOST):$(PORT) (Ctrl+C stops it)"
 	@$(VENV)/bin/streamlit run app/main.py --server.address $(HOST) --server.port $(PORT)
+
+# The OpenAI-compatible API: 127.0.0.1:8000 unless HOST / PORT say otherwise (BACKEND, MODEL and API_KEY too).
+API_PORT := $(if $(filter command line environment,$(origin PORT)),$(PORT),8000)
+serve: setup
+	@$(PY) -m app.server --host $(HOST) --port $(API_PORT) $(if $(BACKEND),--backend $(BACKEND)) \
+	  $(if $(MODEL),--model $(MODEL)) $(if $(API_KEY),--api-key $(API_KEY))
 
 # The browser test needs Chromium; install Debian's package when we can (root, or passwordless sudo).
 browser:
