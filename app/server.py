@@ -331,14 +331,17 @@ async def _sse(request: Request, deltas: Iterator[Delta], first: Any, cancel: th
     yield chunk({"role": "assistant", "content": ""})
     last: Delta | None = None
     item = first
+    next_check = time.monotonic()
     try:
         while item is not _END:
             last = item
             if item.text:
                 yield chunk({"content": item.text})
-            if await request.is_disconnected():
-                cancel.set()  # the client left: stop generating for nobody
-                return
+            if time.monotonic() >= next_check:  # a few times a second is enough, and cheaper than per token
+                next_check = time.monotonic() + 0.25
+                if await request.is_disconnected():
+                    cancel.set()  # the client left: stop generating for nobody
+                    return
             try:
                 item = await run_in_threadpool(next, deltas, _END)
             except ClientError as exc:
