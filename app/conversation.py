@@ -7,6 +7,7 @@ and export/import speak it, so `to_openai` / `from_openai` must round-trip.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -65,6 +66,12 @@ class AnswerMetrics:
     total_time_s: float = 0.0
     finish_reason: FinishReason | None = None
     dropped_messages: int = 0
+
+    def record_timing(self, started: float, first_token: float | None, last_token: float | None) -> None:
+        """Total time since `started` and decode speed between the first and the last token (perf_counter)."""
+        self.total_time_s = time.perf_counter() - started
+        if first_token is not None and last_token is not None and self.completion_tokens > 1 and last_token > first_token:
+            self.tokens_per_second = (self.completion_tokens - 1) / (last_token - first_token)
 
     def summary(self) -> str:
         parts = [f"{self.completion_tokens} tokens"]

@@ -35,6 +35,12 @@ class PreparedPrompt:
     parser: StreamParser | None  # splits the reply into text and calls; None without tools
     forced: list[ConstrainedCall]  # the calls a grammar must force (tool_choice required / named)
 
+    def check_forced_call(self, calls: Sequence[Any], finish_reason: str | None) -> None:
+        """A forced call cut off by the token limit is no call at all: say what to change."""
+        if self.forced and not calls and finish_reason == "length":
+            raise ClientError(f"The model did not finish the tool call within {self.max_new_tokens} new tokens. "
+                              "Raise 'Max new tokens' and try again.")
+
 
 class ChatTemplate:
     def __init__(self, tokenizer: Any, eos_token_ids: Sequence[int | None], context_window: int) -> None:
@@ -133,9 +139,15 @@ class ChatTemplate:
         # Reserve room for the answer, but never more than half the window: a large "max new tokens" on a small
         # model should shorten the answer's room, not drop the whole history.
         reserve = min(params.max_new_tokens, max(1, self.context_window // 2))
+        rendered: list[int] = []
+
+        def count(candidate: list[dict[str, Any]]) -> int:
+            rendered[:] = self.render(candidate, tools)
+            return len(rendered)
+
         try:
-            fitted = fit_to_context(messages, lambda candidate: self.count(candidate, tools),
-                                    self.context_window - reserve)
+            # fit_to_context returns the last candidate it counted, so `rendered` then holds its token ids.
+            fitted = fit_to_context(messages, count, self.context_window - reserve)
         except PromptTooLong as exc:
             raise ClientError(str(exc)) from exc
         except Exception as exc:  # a template that cannot render these messages
@@ -154,7 +166,7 @@ class ChatTemplate:
         if forced:  # the grammar fixes the reply's exact shape: parse it by that shape
             parser = ForcedCallParser(forced)
         return PreparedPrompt(
-            token_ids=self.render(fitted.messages, tools),
+            token_ids=list(rendered),
             max_new_tokens=min(params.max_new_tokens, self.context_window - fitted.token_count),
             dropped_messages=fitted.dropped_messages,
             notice=notice,

@@ -238,11 +238,7 @@ class HFClient(LocalTemplateClient):
             self._finish_metrics(metrics, streamer, stop_filter, cancelled, max_new_tokens, started)
         if failure:
             raise ClientError(f"Generation failed: {failure[0]}") from failure[0]
-        if forced and not calls and metrics.finish_reason == "length":
-            raise ClientError(
-                f"The model did not finish the tool call within {max_new_tokens} new tokens. Raise 'Max new tokens' "
-                "and try again."
-            )
+        prompt.check_forced_call(calls, metrics.finish_reason)
         if calls:
             metrics.finish_reason = "tool_calls"
         yield Delta(finish_reason=metrics.finish_reason, metrics=metrics, tool_calls=list(calls))
@@ -275,10 +271,7 @@ class HFClient(LocalTemplateClient):
         started: float,
     ) -> None:
         metrics.completion_tokens = streamer.completion_tokens
-        metrics.total_time_s = time.perf_counter() - started
-        first, last = streamer.first_token_time, streamer.last_token_time
-        if first is not None and last is not None and metrics.completion_tokens > 1 and last > first:
-            metrics.tokens_per_second = (metrics.completion_tokens - 1) / (last - first)
+        metrics.record_timing(started, streamer.first_token_time, streamer.last_token_time)
         if stop_filter.stopped or streamer.last_token_id in self.stop_token_ids:
             metrics.finish_reason = "stop"
         elif metrics.completion_tokens >= max_new_tokens:

@@ -179,9 +179,7 @@ class OpenAIClient:
                         yield Delta(text=delta.content, metrics=metrics)
         finally:
             response.close()  # on Stop or a closed consumer this drops the connection: the server aborts
-        metrics.total_time_s = time.perf_counter() - started
-        if first is not None and last is not None and metrics.completion_tokens > 1 and last > first:
-            metrics.tokens_per_second = (metrics.completion_tokens - 1) / (last - first)
+        metrics.record_timing(started, first, last)
         tool_calls, notice = _decode_calls(calls, tools)
         if notice:
             yield Delta(notice=notice, metrics=metrics)

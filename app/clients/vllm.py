@@ -191,14 +191,11 @@ class VLLMClient(LocalTemplateClient):
             calls = parser.calls
             if tail:
                 yield Delta(text=tail, metrics=metrics)
-        metrics.total_time_s = time.perf_counter() - started
-        if first is not None and last is not None and metrics.completion_tokens > 1 and last > first:
-            metrics.tokens_per_second = (metrics.completion_tokens - 1) / (last - first)
+        metrics.record_timing(started, first, last)
+        if done:
+            prompt.check_forced_call(calls, finish_reason)
         if not done:
             metrics.finish_reason = "cancelled"
-        elif prompt.forced and not calls and finish_reason == "length":
-            raise ClientError(f"The model did not finish the tool call within {prompt.max_new_tokens} new tokens. "
-                              "Raise 'Max new tokens' and try again.")
         elif calls:
             metrics.finish_reason = "tool_calls"
         else:
