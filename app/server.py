@@ -28,6 +28,7 @@ from app.clients.base import Client, ClientError, Delta, GenerationParams, ToolR
 from app.clients.registry import create_client
 from app.config import ModelSettings, offline_by_default
 from app.conversation import Conversation
+from app.generation_defaults import GenerationDefaults
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
 # Fields the API accepts without acting on them (they change nothing for a single local model).
@@ -73,10 +74,11 @@ class ChatRequest(BaseModel):
     messages: list[dict[str, Any]] = Field(min_length=1)
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
-    temperature: float = Field(1.0, ge=0.0, le=2.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(0, ge=0)
-    repetition_penalty: float = Field(1.0, gt=0.0, le=5.0)
+    # Left out: the model's own defaults (app/generation_defaults.py), as vLLM's server does.
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=0)
+    repetition_penalty: float | None = Field(None, gt=0.0, le=5.0)
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     stop: str | list[str] | None = None
@@ -107,10 +109,11 @@ def _check_supported(request: ChatRequest) -> None:
         raise APIError(400, f"Unsupported field(s): {', '.join(unknown)}.", param=unknown[0])
 
 
-def _generation_params(request: ChatRequest, default_max_tokens: int) -> GenerationParams:
+def _generation_params(request: ChatRequest, defaults: GenerationDefaults, default_max_tokens: int) -> GenerationParams:
+    """The request's sampling settings; those it leaves out come from the model's defaults."""
     stop = (request.stop,) if isinstance(request.stop, str) else tuple(request.stop or ())
     try:
-        return GenerationParams(
+        return defaults.params(
             temperature=request.temperature,
             top_p=request.top_p,
             top_k=request.top_k,
@@ -258,7 +261,7 @@ def create_app(settings: ModelSettings | None = None, client: Client | None = No
             raise APIError(404, f"The model {body.model!r} does not exist here; this server serves "
                                 f"{holder.served_name!r}.", param="model", code="model_not_found")
         _check_supported(body)
-        params = _generation_params(body, default_max_tokens)
+        params = _generation_params(body, client.generation_defaults, default_max_tokens)
         tools = _tool_request(body)
         messages = _messages(body)
         cancel = threading.Event()

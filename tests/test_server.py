@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import threading
 import time
 
@@ -16,36 +15,17 @@ from app.clients.openai import OpenAIClient
 from app.config import ModelSettings
 from app.server import create_app
 from app.tools import load_tools
+from tests.local_http import serving
 
 registry = load_tools()
 WEATHER = registry.subset(["get_weather", "calculator"]).schemas()
 MODEL = "SmolLM2-135M-Instruct"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start(app) -> tuple[str, object]:
-    import uvicorn
-
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    threading.Thread(target=server.run, daemon=True).start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.05)
-    return f"http://127.0.0.1:{port}", server
-
-
 @pytest.fixture(scope="module")
 def api(smol_client):
-    base, server = start(create_app(client=smol_client, api_key="secret-key"))
-    yield base
-    server.should_exit = True
+    with serving(create_app(client=smol_client, api_key="secret-key")) as base:
+        yield base
 
 
 @pytest.fixture

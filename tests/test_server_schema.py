@@ -8,14 +8,13 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 
 from app.server import create_app
-from tests.test_server import start
+from tests.local_http import serving
 
 
 @pytest.fixture(scope="module")
 def tiny_api(tiny_client):
-    base, server = start(create_app(client=tiny_client, served_name="tiny", default_max_tokens=16))
-    yield base
-    server.should_exit = True
+    with serving(create_app(client=tiny_client, served_name="tiny", default_max_tokens=16)) as base:
+        yield base
 
 
 def test_generated_requests_never_break_the_server(tiny_api):

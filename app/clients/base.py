@@ -5,9 +5,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from app.conversation import AnswerMetrics, ToolCall
+
+if TYPE_CHECKING:
+    from app.generation_defaults import GenerationDefaults
 
 
 class ClientError(RuntimeError):
@@ -111,6 +114,7 @@ class Client(Protocol):
 
     backend: str
     dialect_name: str | None  # the tool-call dialect detected for the model (None: the server parses calls)
+    generation_defaults: GenerationDefaults  # sampling values that fit the model (app/generation_defaults.py)
 
     def describe(self) -> str:
         """One line for the status bar: backend, model, device."""

@@ -4,14 +4,17 @@ stop tokens, fitting into the context window, and the parser and grammar for the
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from app.chat_format import PromptTooLong, fit_to_context
 from app.clients.base import ClientError, GenerationParams, ToolRequest
 from app.dialects import ConstrainedCall, Dialect, StreamParser, detect_dialect, get_dialect
 from app.dialects.base import ForcedCallParser
+from app.generation_defaults import GenerationDefaults, generation_defaults
 
 # Used only when a model ships no chat template at all (base models): plain ChatML.
 FALLBACK_CHAT_TEMPLATE = (
@@ -177,9 +180,15 @@ class ChatTemplate:
 
 
 class LocalTemplateClient:
-    """Shared by the local backends: the facts of their ChatTemplate, under the names the front ends use."""
+    """Shared by the local backends: the facts of their ChatTemplate and model folder, under the names the front
+    ends use."""
 
     template: ChatTemplate
+    model_path: Path
+
+    @functools.cached_property
+    def generation_defaults(self) -> GenerationDefaults:
+        return generation_defaults(self.model_path.name, self.model_path)
 
     @property
     def tokenizer(self) -> Any:

@@ -21,6 +21,7 @@ import openai
 from app.clients.base import ClientError, Delta, GenerationParams, ToolRequest
 from app.config import ModelSettings
 from app.conversation import AnswerMetrics, ToolCall
+from app.generation_defaults import generation_defaults
 
 _HEARTBEAT_S = 0.25
 _DONE = object()
@@ -68,6 +69,8 @@ class OpenAIClient:
         if self.models and self.model not in self.models:
             raise ClientError(f"The API at {self.base_url} has no model {self.model!r}. It offers: "
                               f"{', '.join(self.models)}.")
+        # The server's model folder is out of sight: its name can still match a model card's recommendation.
+        self.generation_defaults = generation_defaults(self.model)
         # vLLM-style servers take top_k and repetition_penalty; OpenAI's own API rejects unknown fields.
         self._extra_sampling = "api.openai.com" not in self.base_url
 

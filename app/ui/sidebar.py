@@ -14,7 +14,8 @@ from app.clients.base import GenerationParams
 from app.clients.registry import BACKENDS
 from app.config import ModelSettings
 from app.conversation import Conversation
-from app.ui import state
+from app.generation_defaults import defaults_for_settings
+from app.ui import sampling_settings, state
 
 DEFAULT_SYSTEM_PROMPT = "You are a helpful, concise assistant."
 _STATE_KEY = "_sidebar"
@@ -54,14 +55,12 @@ def render(page: str, conversation: Conversation) -> SidebarState:
 
         st.subheader("Generation")
         system_prompt = st.text_area("System prompt", value=DEFAULT_SYSTEM_PROMPT, key="system_prompt")
-        temperature = st.slider("Temperature", 0.0, 2.0, 0.7, 0.05, key="temperature",
-                                help="0 picks the most likely token every time (greedy).")
-        top_p = st.slider("Top p", 0.05, 1.0, 0.9, 0.05, key="top_p")
-        top_k = st.number_input("Top k", min_value=0, max_value=500, value=50, step=5, key="top_k",
-                                help="0 turns the top-k cut off.")
-        repetition_penalty = st.slider("Repetition penalty", 1.0, 2.0, 1.0, 0.05, key="repetition_penalty")
+        sampling = sampling_settings.render(defaults_for_settings(model))
         max_new_tokens = st.number_input("Max new tokens", min_value=1, max_value=32768, value=512, step=64,
                                          key="max_new_tokens")
+        seed = st.number_input("Seed", min_value=0, max_value=2**32 - 1, value=None, step=1, key="seed",
+                               placeholder="random", help="The same seed, settings and prompt give the same "
+                               "answer again (on the same machine and backend). Empty: a new draw each time.")
 
         st.subheader("Conversation")
         left, right = st.columns(2)
@@ -72,13 +71,8 @@ def render(page: str, conversation: Conversation) -> SidebarState:
 
     result = SidebarState(
         model=model,
-        params=GenerationParams(
-            temperature=float(temperature),
-            top_p=float(top_p),
-            top_k=int(top_k),
-            repetition_penalty=float(repetition_penalty),
-            max_new_tokens=int(max_new_tokens),
-        ),
+        params=GenerationParams(**sampling, max_new_tokens=int(max_new_tokens),
+                                seed=None if seed is None else int(seed)),
         system_prompt=system_prompt,
     )
     st.session_state[_STATE_KEY] = result
