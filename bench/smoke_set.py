@@ -1,12 +1,16 @@
-"""Do the embedded model's first answers make sense with the model's defaults, compared with the old fixed ones?
+"""Do the embedded model's first answers make sense with the model's defaults, compared with the settings before?
 
 Runs every conversation of tests/data/smoke_set.json through the same turn the Chat page runs (agent.run_turn,
-the sidebar's system prompt and max new tokens) for several seeds, once with the model's defaults
-(app/generation_defaults.py: SmolLM2's card, temperature 0.2 / top p 0.9) and once with the settings every model
-got before (temperature 0.7, top p 0.9, top k 50), and prints, side by side, how many answers contain the
-expected fact and how many ran to the token limit.
+max new tokens 512) for several seeds, once per column, and prints side by side how many answers contain the
+expected fact and how many ran to the token limit (the mark of a repetition loop):
 
-    .venv/bin/python bench/smoke_set.py [--model PATH] [--seeds 3] [--max-new-tokens 512]
+- "model defaults": what the sidebar starts with now (app/generation_defaults.py; for SmolLM2 its card's
+  temperature 0.2 / top p 0.9 and repetition penalty 1.1; no system prompt of ours, so the template's own);
+- "before": what every model got before (temperature 0.7, top p 0.9, top k 50, repetition penalty 1.0, and the
+  system prompt "You are a helpful, concise assistant.");
+- any `--profile NAME=KEY:VALUE,...` (the model defaults with those values changed).
+
+    .venv/bin/python bench/smoke_set.py [--model PATH] [--seeds 3] [--profile rep1.0=repetition_penalty:1.0]
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ from app.generation_defaults import BUILT_IN  # noqa: E402
 from app.ui.sidebar import DEFAULT_SYSTEM_PROMPT  # noqa: E402
 
 SMOKE_SET = ROOT / "tests" / "data" / "smoke_set.json"
+BEFORE = (dict(BUILT_IN), "You are a helpful, concise assistant.")
+LISTS = {"conversations": "smoke set (CI)", "beyond_the_embedded_model": "beyond the embedded model"}
 
 
 @dataclass
@@ -41,15 +47,38 @@ class Tally:
     misses: list[str] = field(default_factory=list)
 
 
-def answer(client: HFClient, turns: list[str], params: GenerationParams) -> Message:
+def answer(client: HFClient, turns: list[str], params: GenerationParams, system_prompt: str) -> Message:
     conversation = Conversation()
     last = Message(role="assistant")
     for text in turns:
         conversation.add(Message(role="user", content=text))
-        for event in run_turn(client, conversation, params, DEFAULT_SYSTEM_PROMPT):
+        for event in run_turn(client, conversation, params, system_prompt):
             if isinstance(event, TurnDone):
                 last = event.message
     return last
+
+
+def record(tally: Tally, reply: Message, item: dict, seed: int) -> None:
+    tally.answers += 1
+    tally.tokens += reply.metrics.completion_tokens if reply.metrics else 0
+    cut = bool(reply.metrics and reply.metrics.finish_reason == "length")
+    right = bool(re.search(item["expect"], reply.content, re.IGNORECASE))
+    tally.cut += cut
+    tally.right += right
+    if cut or not right:
+        what = ", ".join(["cut at the limit"] * cut + ["wrong"] * (not right))
+        tally.misses.append(f"seed {seed} · {item['turns'][-1]} ({what}) → {reply.content[:80]!r}")
+
+
+def profiles(client: HFClient, extra: list[str]) -> dict[str, tuple[dict, str]]:
+    chosen = {"model defaults": (client.generation_defaults.values, DEFAULT_SYSTEM_PROMPT), "before": BEFORE}
+    for spec in extra:
+        name, _, pairs = spec.partition("=")
+        values = dict(client.generation_defaults.values)
+        for key, _, value in (pair.partition(":") for pair in pairs.split(",")):
+            values[key] = int(value) if key == "top_k" else float(value)
+        chosen[name] = (values, DEFAULT_SYSTEM_PROMPT)
+    return chosen
 
 
 def main() -> None:
@@ -57,32 +86,29 @@ def main() -> None:
     parser.add_argument("--model", default="", help="model folder (default: the embedded SmolLM2)")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=512)
+    parser.add_argument("--profile", action="append", default=[], metavar="NAME=KEY:VALUE,...",
+                        help="another column: the model defaults with these values changed")
     args = parser.parse_args()
     client = HFClient(ModelSettings(model_path=args.model, device="cpu"))
-    conversations = json.loads(SMOKE_SET.read_text())["conversations"]
-    profiles = {"model defaults": client.generation_defaults.values, "old fixed": BUILT_IN}
-    print(f"{client.describe()}\nmodel defaults: {client.generation_defaults.describe()}\n")
-    tallies = {name: Tally() for name in profiles}
+    data = json.loads(SMOKE_SET.read_text())
+    columns = profiles(client, args.profile)
+    print(f"{client.describe()}\nmodel defaults: {client.generation_defaults.describe()}")
+    tallies = {(name, listed): Tally() for name in columns for listed in LISTS}
     for seed in range(args.seeds):
-        for item in conversations:
-            for name, values in profiles.items():
-                params = GenerationParams(**values, max_new_tokens=args.max_new_tokens, seed=seed)
-                reply = answer(client, item["turns"], params)
-                tally = tallies[name]
-                tally.answers += 1
-                tally.tokens += reply.metrics.completion_tokens if reply.metrics else 0
-                if reply.metrics and reply.metrics.finish_reason == "length":
-                    tally.cut += 1
-                if item["expect"] is None or re.search(item["expect"], reply.content, re.IGNORECASE):
-                    tally.right += 1
-                else:
-                    tally.misses.append(f"seed {seed} · {item['turns'][-1]} → {reply.content[:80]!r}")
-            print(f"seed {seed}: {item['turns'][-1][:40]:40s} done", file=sys.stderr)
-    print(f"{'':16s} {'right':>9s} {'cut at limit':>13s} {'mean tokens':>12s}")
-    for name, tally in tallies.items():
-        print(f"{name:16s} {tally.right:>4d}/{tally.answers:<4d} {tally.cut:>13d} {tally.tokens / tally.answers:>12.1f}")
-    for name, tally in tallies.items():
-        print(f"\n{name}: misses")
+        for listed in LISTS:
+            for item in data[listed]:
+                for name, (values, system_prompt) in columns.items():
+                    params = GenerationParams(**values, max_new_tokens=args.max_new_tokens, seed=seed)
+                    record(tallies[name, listed], answer(client, item["turns"], params, system_prompt), item, seed)
+                print(f"seed {seed}: {item['turns'][-1][:50]}", file=sys.stderr, flush=True)
+    for listed, title in LISTS.items():
+        print(f"\n{title}, {args.seeds} seeds\n{'':16s} {'right':>9s} {'cut at limit':>13s} {'mean tokens':>12s}")
+        for name in columns:
+            tally = tallies[name, listed]
+            print(f"{name:16s} {tally.right:>4d}/{tally.answers:<4d} {tally.cut:>13d} "
+                  f"{tally.tokens / max(tally.answers, 1):>12.1f}")
+    for (name, listed), tally in tallies.items():
+        print(f"\n{name} · {LISTS[listed]}: wrong or cut at the limit")
         print("\n".join(f"  {miss}" for miss in tally.misses) or "  none")
 
 

@@ -30,7 +30,7 @@ _unexpected_skips: list[str] = []
 
 
 def _note_skip(report: pytest.CollectReport | pytest.TestReport) -> None:
-    if report.skipped and "vllm" not in report.keywords and not getattr(report, "wasxfail", None):
+    if report.skipped and "vllm" not in getattr(report, "keywords", {}) and not hasattr(report, "wasxfail"):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         _unexpected_skips.append(f"{report.nodeid}: {reason}")
 

@@ -53,9 +53,10 @@ def test_greedy_configs_negative_top_k_and_broken_files(tmp_path):
 
 def test_the_embedded_smollm2_gets_its_model_card_settings(smollm2_dir):
     defaults = defaults_for_settings(ModelSettings())  # "" = the embedded model
-    assert defaults.values == {"temperature": 0.2, "top_p": 0.9, "top_k": 50, "repetition_penalty": 1.0}
+    assert defaults.values == {"temperature": 0.2, "top_p": 0.9, "top_k": 50, "repetition_penalty": 1.1}
     assert defaults.sources["temperature"] == defaults.sources["top_p"] == "SmolLM2 model card"
-    assert "temperature 0.2, top p 0.9 (SmolLM2 model card)" in defaults.describe()
+    assert defaults.describe() == ("temperature 0.2, top p 0.9 (SmolLM2 model card); top k 50 (built-in default); "
+                                   "repetition penalty 1.1 (measured by bench/smoke_set.py)")
     # The same through the loaded client, and for an API model id naming it.
     assert HFClient(ModelSettings(model_path=str(smollm2_dir), device="cpu")).generation_defaults == defaults
     assert generation_defaults("HuggingFaceTB/SmolLM2-1.7B-Instruct").values["temperature"] == 0.2

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ class PreparedPrompt:
     stop_strings: tuple[str, ...]  # the user's, plus dialect stops that are not single tokens
     parser: StreamParser | None  # splits the reply into text and calls; None without tools
     forced: list[ConstrainedCall]  # the calls a grammar must force (tool_choice required / named)
+    params: GenerationParams  # the settings to generate with (see `ChatTemplate.prepare`)
 
     def check_forced_call(self, calls: Sequence[Any], finish_reason: str | None) -> None:
         """A forced call cut off by the token limit is no call at all: say what to change."""
@@ -168,6 +169,11 @@ class ChatTemplate:
         forced = [dialect.constrained_call(tool, allow_code_body=len(forced_tools) == 1) for tool in forced_tools]
         if forced:  # the grammar fixes the reply's exact shape: parse it by that shape
             parser = ForcedCallParser(forced)
+        if forced:
+            # The grammar already rules out loops, and a repetition penalty, which counts the prompt's tokens too,
+            # would only bend arguments copied from it: SmolLM2 at 1.1 wrote calculator({"expression": "{10}"})
+            # for "What is 17 * 23?".
+            params = replace(params, repetition_penalty=1.0)
         return PreparedPrompt(
             token_ids=list(rendered),
             max_new_tokens=min(params.max_new_tokens, self.context_window - fitted.token_count),
@@ -176,6 +182,7 @@ class ChatTemplate:
             stop_strings=(*params.stop, *text_stops) if active_tools else params.stop,
             parser=parser,
             forced=forced,
+            params=params,
         )
 
 

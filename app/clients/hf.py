@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, StoppingCriteria, StoppingCriteriaList
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LogitsProcessorList,
+    RepetitionPenaltyLogitsProcessor,
+    StoppingCriteria,
+    StoppingCriteriaList,
+)
 
 from app.clients.base import ClientError, Delta, GenerationParams, ToolRequest
 from app.clients.chat_template import ChatTemplate, LocalTemplateClient
@@ -180,10 +187,10 @@ class HFClient(LocalTemplateClient):
         parser, forced = prompt.parser, prompt.forced
         streamer = IncrementalTextStreamer(self.tokenizer, on_token=lambda n: setattr(metrics, "completion_tokens", n))
         input_ids = torch.tensor([prompt.token_ids], device=self.model.device)
-        generate_kwargs = self._generate_kwargs(params, max_new_tokens)
+        generate_kwargs = self._generate_kwargs(prompt.params, max_new_tokens, len(prompt.token_ids))
         if forced:
             try:
-                generate_kwargs["logits_processor"] = self._constrained.logits_processors(forced)
+                generate_kwargs["logits_processor"].extend(self._constrained.logits_processors(forced))
             except Exception as exc:  # a schema the grammar engine cannot compile
                 raise ClientError(f"Could not build the tool-call grammar: {exc}") from exc
             # Once the call is complete the grammar allows only stop tokens: they must not be suppressed too,
@@ -243,14 +250,21 @@ class HFClient(LocalTemplateClient):
             metrics.finish_reason = "tool_calls"
         yield Delta(finish_reason=metrics.finish_reason, metrics=metrics, tool_calls=list(calls))
 
-    def _generate_kwargs(self, params: GenerationParams, max_new_tokens: int) -> dict[str, Any]:
+    def _generate_kwargs(self, params: GenerationParams, max_new_tokens: int, prompt_length: int) -> dict[str, Any]:
+        processors = LogitsProcessorList()
+        if params.repetition_penalty != 1.0:
+            # On the answer's own tokens only. transformers' default counts the prompt's too, which keeps a model
+            # from quoting a tool result: SmolLM2 at 1.1 answered "17 × 23 ≡ 45" after the calculator said 391.
+            processors.append(RepetitionPenaltyLogitsProcessor(params.repetition_penalty,
+                                                               prompt_ignore_length=prompt_length))
         kwargs: dict[str, Any] = {
             "max_new_tokens": max_new_tokens,
             "eos_token_id": self.stop_token_ids or None,
             "pad_token_id": self.tokenizer.pad_token_id
             if self.tokenizer.pad_token_id is not None
             else (self.stop_token_ids[0] if self.stop_token_ids else None),
-            "repetition_penalty": params.repetition_penalty,
+            "repetition_penalty": 1.0,  # no second, prompt-wide penalty from the model's generation_config.json
+            "logits_processor": processors,
         }
         if params.greedy:
             # Explicit Nones so sampling defaults from generation_config.json do not warn or apply.

@@ -140,7 +140,7 @@ class VLLMClient(LocalTemplateClient):
         if prompt.notice:
             yield Delta(notice=prompt.notice, metrics=metrics)
         grammar = call_ebnf(prompt.forced) if prompt.forced else None
-        sampling = self._sampling(params, prompt.max_new_tokens, prompt.stop_strings, grammar)
+        sampling = self._sampling(prompt.params, prompt.max_new_tokens, prompt.stop_strings, grammar)
         request_id = f"demo-{uuid.uuid4().hex}"
         outputs: queue.Queue[Any] = queue.Queue()
 

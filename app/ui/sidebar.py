@@ -17,7 +17,9 @@ from app.conversation import Conversation
 from app.generation_defaults import defaults_for_settings
 from app.ui import sampling_settings, state
 
-DEFAULT_SYSTEM_PROMPT = "You are a helpful, concise assistant."
+# Empty: the model's own default system prompt, where its chat template has one (SmolLM2's, the one it was trained
+# with, answered the smoke set better than a generic "helpful, concise assistant": bench/smoke_set.py).
+DEFAULT_SYSTEM_PROMPT = ""
 _STATE_KEY = "_sidebar"
 _PAGE_SECTION_KEY = "_sidebar_page_section"
 
@@ -54,7 +56,8 @@ def render(page: str, conversation: Conversation) -> SidebarState:
         model = _model_settings(backend, defaults)
 
         st.subheader("Generation")
-        system_prompt = st.text_area("System prompt", value=DEFAULT_SYSTEM_PROMPT, key="system_prompt")
+        system_prompt = st.text_area("System prompt", value=DEFAULT_SYSTEM_PROMPT, key="system_prompt",
+                                     placeholder="Empty: the model's own default, if its chat template has one")
         sampling = sampling_settings.render(defaults_for_settings(model))
         max_new_tokens = st.number_input("Max new tokens", min_value=1, max_value=32768, value=512, step=64,
                                          key="max_new_tokens")
