@@ -16,6 +16,8 @@ from typing import Any
 
 from app.conversation import ToolCall
 
+FALLBACK_TOOLS_INTRO = "You are a helpful, concise assistant."
+
 
 @dataclass
 class ParsedResponse:
@@ -192,7 +194,9 @@ class Dialect(ABC):
         rest = messages[1:] if has_system else messages
         if tools:
             listing = "\n".join(json.dumps(tool["function"], ensure_ascii=False) for tool in tools)
-            system = (system + "\n\n" if system else "") + (
+            # The template's own default system prompt is lost once the tools take the system turn: say who the
+            # model is first (without it SmolLM2 looped writing functions for a forced `python` call on a CSV).
+            system = (system or FALLBACK_TOOLS_INTRO) + "\n\n" + (
                 "You can call these tools:\n" + listing + "\n\n" + self.format_instructions()
             )
         if system:
