@@ -84,7 +84,9 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
                  "--disable-component-update", "--no-first-run", "--disable-sync"]
 
 
-@pytest.fixture(scope="session")
+# Module scope: Playwright's sync API runs an event loop on the main thread while it is open, and later modules
+# (asyncio.run in the server tests) need that thread free.
+@pytest.fixture(scope="module")
 def browser():
     if not Path(CHROMIUM).exists():
         if os.environ.get("REQUIRE_BROWSER") == "1":
@@ -98,10 +100,10 @@ def browser():
         instance.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def app_url(smollm2_dir, browser):
-    """The app on the embedded SmolLM2, served once for every browser test (it needs the browser: no browser, no
-    reason to start it)."""
+    """The app on the embedded SmolLM2, served for a module of browser tests (it needs the browser: no browser,
+    no reason to start it)."""
     from tests.local_http import free_port
     from tests.processes import ARTIFACTS, server_process
 
