@@ -81,7 +81,7 @@ def test_make_run_answers_in_chromium(newcomer, browser):
             box.fill("What is the capital of France?")
             box.press("Enter")
             answer = page.locator('[data-testid="stChatMessage"]').nth(1)
-            answer.get_by_text("tok/s").wait_for(timeout=180_000)
+            answer.get_by_text("tok/s").first.wait_for(timeout=180_000)
             page.screenshot(path=str(ARTIFACTS / "newcomer-run.png"), full_page=False)
             assert "Paris" in answer.inner_text()
         finally:

@@ -36,7 +36,7 @@ def ask(page, text: str, answer_index: int):
     box.fill(text)
     box.press("Enter")
     answer = page.locator('[data-testid="stChatMessage"]').nth(answer_index)
-    answer.get_by_text("tok/s").wait_for(timeout=180_000)  # the metrics line: the answer is complete
+    answer.get_by_text("tok/s").first.wait_for(timeout=180_000)  # metrics: complete (a rerun may briefly show two)
     return answer
 
 
