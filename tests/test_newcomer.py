@@ -16,6 +16,7 @@ from pathlib import Path
 import openai
 import pytest
 
+from tests.chat_page import ask, open_chat
 from tests.local_http import free_port
 from tests.processes import ARTIFACTS, server_process
 
@@ -69,19 +70,9 @@ def test_make_run_answers_in_chromium(newcomer, browser):
     url = f"http://127.0.0.1:{port}"
     with server_process(["make", "run", f"PORT={port}"], f"{url}/_stcore/health", cwd=clone, env=env,
                         log=ARTIFACTS / "newcomer-run.log", start_timeout_s=300):
-        page = browser.new_page(viewport={"width": 1280, "height": 860})
+        page = open_chat(browser, url, seed="1", height=860)
         try:
-            page.goto(url)
-            page.get_by_text("SmolLM2-135M-Instruct").first.wait_for(timeout=180_000)
-            seed = page.get_by_test_id("stSidebar").get_by_role("spinbutton", name="Seed")
-            seed.fill("1")
-            seed.press("Enter")
-            page.wait_for_timeout(1000)
-            box = page.get_by_test_id("stChatInputTextArea")
-            box.fill("What is the capital of France?")
-            box.press("Enter")
-            answer = page.locator('[data-testid="stChatMessage"]').nth(1)
-            answer.get_by_text("tok/s").first.wait_for(timeout=180_000)
+            answer = ask(page, "What is the capital of France?", 1)
             page.screenshot(path=str(ARTIFACTS / "newcomer-run.png"), full_page=False)
             assert "Paris" in answer.inner_text()
         finally:

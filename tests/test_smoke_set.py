@@ -11,38 +11,19 @@ from pathlib import Path
 
 import pytest
 
+from tests.chat_page import ask, open_chat
 from tests.processes import ARTIFACTS
 
 SMOKE_SET = json.loads((Path(__file__).parent / "data" / "smoke_set.json").read_text())["conversations"]
 SEED = "1"  # bench/smoke_set.py: with the model defaults, every answer of this seed is right
 
 
-def open_chat(browser, app_url):
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
-    page.goto(app_url)
-    page.get_by_text("SmolLM2-135M-Instruct").first.wait_for(timeout=120_000)  # status line: model loaded
-    sidebar = page.get_by_test_id("stSidebar")
-    # The values in use are on view, with where they come from.
-    sidebar.get_by_text("temperature 0.2, top p 0.9 (SmolLM2 model card)").wait_for(timeout=10_000)
-    seed = sidebar.get_by_role("spinbutton", name="Seed")
-    seed.fill(SEED)
-    seed.press("Enter")
-    page.wait_for_timeout(1000)  # the rerun that stores it
-    return page
-
-
-def ask(page, text: str, answer_index: int):
-    box = page.get_by_test_id("stChatInputTextArea")
-    box.fill(text)
-    box.press("Enter")
-    answer = page.locator('[data-testid="stChatMessage"]').nth(answer_index)
-    answer.get_by_text("tok/s").first.wait_for(timeout=180_000)  # metrics: complete (a rerun may briefly show two)
-    return answer
-
-
 @pytest.mark.parametrize("item", SMOKE_SET, ids=[item["turns"][-1][:40] for item in SMOKE_SET])
 def test_everyday_question(app_url, browser, item):
-    page = open_chat(browser, app_url)
+    page = open_chat(browser, app_url, SEED)
+    # The values in use are on view, with where they come from.
+    page.get_by_test_id("stSidebar").get_by_text("temperature 0.2, top p 0.9 (SmolLM2 model card)").wait_for(
+        timeout=10_000)
     try:
         for turn, text in enumerate(item["turns"]):
             answer = ask(page, text, 2 * turn + 1)

@@ -167,12 +167,11 @@ class ChatTemplate:
         forced_tools = tools.forced_tools if tools else []
         # A free-text code body only when it is the one allowed call: then the whole reply is that call.
         forced = [dialect.constrained_call(tool, allow_code_body=len(forced_tools) == 1) for tool in forced_tools]
-        if forced:  # the grammar fixes the reply's exact shape: parse it by that shape
-            parser = ForcedCallParser(forced)
         if forced:
-            # The grammar already rules out loops, and a repetition penalty, which counts the prompt's tokens too,
-            # would only bend arguments copied from it: SmolLM2 at 1.1 wrote calculator({"expression": "{10}"})
-            # for "What is 17 * 23?".
+            parser = ForcedCallParser(forced)  # the grammar fixes the reply's exact shape: parse it by that shape
+            # The grammar already rules out loops; a repetition penalty only bends the call (JSON repeats its
+            # quotes, arguments are copied from the prompt): SmolLM2 at 1.1 wrote calculator({"expression":
+            # "{10}"}) for "What is 17 * 23?" (vLLM counts the prompt), or never closed the call (HF, answer only).
             params = replace(params, repetition_penalty=1.0)
         return PreparedPrompt(
             token_ids=list(rendered),
