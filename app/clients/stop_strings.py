@@ -25,21 +25,27 @@ class StopStringFilter:
             return chunk
         # Search only where a stop string could now appear: the held-back tail plus the new chunk.
         window = self._pending + chunk
-        hit = min(
-            ((index, s) for s in self.stop_strings if (index := window.find(s)) != -1),
-            default=None,
-        )
-        if hit is not None:
+        keep = self._partial_suffix_length(window)
+        hit = self._first_match(window)
+        # A complete match wins unless a stop string that starts earlier may still complete in the next chunk.
+        if hit is not None and (not keep or hit[0] <= len(window) - keep):
             self.stopped, self.matched = True, hit[1]
             self._pending = ""
             return window[: hit[0]]
-        keep = self._partial_suffix_length(window)
         self._pending = window[len(window) - keep :] if keep else ""
         return window[: len(window) - keep]
 
+    def _first_match(self, text: str) -> tuple[int, str] | None:
+        return min(((index, s) for s in self.stop_strings if (index := text.find(s)) != -1), default=None)
+
     def flush(self) -> str:
-        """At the end of the stream the held-back tail was not a stop string after all."""
+        """At the end of the stream the held-back tail did not grow into the stop string it started; it may still
+        hold a later, shorter one."""
         text, self._pending = ("" if self.stopped else self._pending), ""
+        hit = self._first_match(text)
+        if hit is not None:
+            self.stopped, self.matched = True, hit[1]
+            return text[: hit[0]]
         return text
 
     def _partial_suffix_length(self, text: str) -> int:
