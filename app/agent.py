@@ -1,4 +1,4 @@
-"""One assistant turn as a stream of UI-agnostic events; the Streamlit pages and the API server render them.
+"""One assistant turn as a stream of UI-agnostic events, which the Streamlit pages render.
 
 With tools, a turn is a loop: generate → parse → validate → run the tool → append its result → generate again,
 for at most `max_rounds` generations. Every generation and every tool result is recorded in the conversation
@@ -108,7 +108,7 @@ def run_turn(
         for call in answer.tool_calls:
             yield ToolCallStarted(call)
             message = yield from _run_tool(tools.registry, conversation, call, cancel)
-            if message.error == "stopped":
+            if message.tool_status == "stopped":
                 yield TurnDone(answer)
                 return
     yield TurnDone(answer)
@@ -136,10 +136,11 @@ def _generate(
                 if delta.text:
                     parts.append(delta.text)
                     yield TextDelta(delta.text)
-                elif delta.tool_calls:
+                if delta.tool_calls:
                     answer.tool_calls = list(delta.tool_calls)
-                elif not delta.notice and not delta.finish_reason:
+                if delta.is_heartbeat:
                     yield Waiting()
+        _check_forced_call(answer, request)
     except ClientError as exc:
         answer.error = str(exc)
         _mark(answer, "error", started)
@@ -174,17 +175,26 @@ def _run_tool(
     finally:
         if result is None:  # Stop pressed or the consumer left while the tool ran
             result = running.cancel()
-            message.error = "stopped"
+            message.tool_status = "stopped"
         message.content = result.for_model()
         if message.content != result.content:
             message.display_text = result.content
         message.duration_s = result.duration_s
         message.attachments = list(result.attachments)
-        if not result.ok and message.error is None:
-            message.error = "failed"
+        if message.tool_status is None:
+            message.tool_status = "ok" if result.ok else "failed"
         conversation.add(message)
     yield ToolCallFinished(call, result, message)
     return message
+
+
+def _check_forced_call(answer: Message, request: ToolRequest | None) -> None:
+    """A forced call cut off by the token limit is no call at all: say what to change."""
+    metrics = answer.metrics
+    if request is not None and request.forced_tools and not answer.tool_calls and metrics is not None \
+            and metrics.finish_reason == "length":
+        raise ClientError(f"The model did not finish the tool call within {metrics.completion_tokens} new tokens. "
+                          "Raise 'Max new tokens' and try again.")
 
 
 def _mark(answer: Message, reason: str, started: float) -> None:

@@ -1,18 +1,22 @@
-"""Shared by every client: conversation -> prompt messages (`process_input`) and model text -> answer
-(`process_response`), plus fitting a prompt into the context window.
+"""The two ends every client shares: conversation -> prompt messages (`process_input`) and model output ->
+visible text and tool calls (`process_response`, whose `ResponseProcessor` the shared streaming helper in
+app/clients/streaming.py feeds for every backend), plus fitting a prompt into the context window.
 
 Tool-call dialects (app/dialects/) decide how tools, past calls and results are rendered for a model family and
-how its replies are parsed; the clients apply them when they turn these messages into a prompt.
+how its replies are parsed; the local clients apply them when they turn these messages into a prompt.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from app.conversation import Conversation, Message
-from app.dialects import Dialect, ParsedResponse
+from app.clients.stop_strings import StopStringFilter
+from app.conversation import CallFragment, Conversation, Message, ToolCall
+from app.dialects import ConstrainedCall, Dialect, ParsedResponse, StreamParser
+from app.dialects.base import ForcedCallParser
 
 
 def process_input(conversation: Conversation, system_prompt: str = "") -> list[dict[str, Any]]:
@@ -33,12 +37,119 @@ def _belongs_in_prompt(message: Message) -> bool:
     return message.error is None and bool(message.content.strip() or message.tool_calls)
 
 
-def process_response(text: str, dialect: Dialect | None = None, tool_names: Sequence[str] = ()) -> ParsedResponse:
-    """A finished reply as content and tool calls. Without a dialect or tools the whole reply is content.
-    (Streaming clients use `dialect.stream_parser`, which yields the same result chunk by chunk.)"""
-    if dialect is None or not tool_names:
-        return ParsedResponse(content=text.strip())
-    return dialect.parse(text, tool_names)
+@dataclass
+class ReplyPiece:
+    """What a chunk of model output adds to the reply: text to show and pieces of tool calls."""
+
+    text: str = ""
+    call_fragments: list[CallFragment] = field(default_factory=list)
+
+
+class ResponseProcessor:
+    """Model output -> visible text and tool calls, chunk by chunk, the same for every backend.
+
+    Stop strings are cut first (never showing part of one), then the reply is split: by the dialect's parser on a
+    local backend (`parser`), or from the call deltas an OpenAI-compatible server sends (`native_tools`). Calls
+    stream as `CallFragment`s (name first, then argument text) and come whole from `finish`.
+    """
+
+    def __init__(self, stop_strings: Sequence[str] = (), parser: StreamParser | None = None,
+                 native_tools: Sequence[dict[str, Any]] | None = None) -> None:
+        self._stops = StopStringFilter(stop_strings)
+        self._parser = parser
+        self._native = NativeCalls(native_tools) if native_tools is not None else None
+        self._shown: list[str] = []  # the text shown so far, when no parser keeps it
+
+    @property
+    def stopped(self) -> bool:
+        """A stop string ended the reply: the engine should stop too."""
+        return self._stops.stopped
+
+    def feed(self, text: str, native_fragments: Sequence[CallFragment] = ()) -> ReplyPiece:
+        visible = self._stops.feed(text) if text else ""
+        return self._split(visible, native_fragments)
+
+    def finish(self) -> tuple[ReplyPiece, ParsedResponse, str | None]:
+        """The rest of the reply, the whole parse (content and calls) and a notice about calls that were unusable."""
+        piece = self._split(self._stops.flush(), ())
+        if self._parser is not None:
+            tail, parsed = self._parser.finish()
+            piece.text += tail
+            piece.call_fragments.extend(self._parser.take_fragments())
+            return piece, parsed, None
+        content = "".join(self._shown).strip()
+        if self._native is not None:
+            calls, notice = self._native.decode()
+            return piece, ParsedResponse(content, calls), notice
+        return piece, ParsedResponse(content), None
+
+    def _split(self, visible: str, native_fragments: Sequence[CallFragment]) -> ReplyPiece:
+        if self._parser is not None:
+            text = self._parser.feed(visible) if visible else ""
+            return ReplyPiece(text, self._parser.take_fragments())
+        self._shown.append(visible)
+        if self._native is not None:
+            self._native.add(native_fragments)
+        return ReplyPiece(visible, list(native_fragments))
+
+
+def process_response(dialect: Dialect | None, tools: Sequence[dict[str, Any]], forced: Sequence[ConstrainedCall] = (),
+                     stop_strings: Sequence[str] = ()) -> ResponseProcessor:
+    """The processor for one reply of a local backend: the dialect's parser for `tools`, or the grammar's exact
+    shape when a call is `forced`; without tools the whole reply is text."""
+    if forced:
+        parser: StreamParser | None = ForcedCallParser(forced)
+    elif dialect is not None and tools:
+        parser = dialect.stream_parser([tool["function"]["name"] for tool in tools])
+    else:
+        parser = None
+    return ResponseProcessor(stop_strings, parser)
+
+
+class NativeCalls:
+    """Tool calls an OpenAI-compatible server streams as `delta.tool_calls`, put together by index."""
+
+    def __init__(self, tools: Sequence[dict[str, Any]]) -> None:
+        self._tools = tools
+        self._slots: dict[int, dict[str, str]] = {}
+
+    def add(self, fragments: Sequence[CallFragment]) -> None:
+        for fragment in fragments:
+            slot = self._slots.setdefault(fragment.index, {"id": "", "name": "", "arguments": ""})
+            slot["id"] = fragment.id or slot["id"]
+            slot["name"] += fragment.name or ""
+            slot["arguments"] += fragment.arguments
+
+    def decode(self) -> tuple[list[ToolCall], str | None]:
+        calls: list[ToolCall] = []
+        problems: list[str] = []
+        for index in sorted(self._slots):
+            slot = self._slots[index]
+            try:
+                arguments = json.loads(slot["arguments"] or "{}")
+            except json.JSONDecodeError:
+                problems.append(f"{slot['name'] or 'a tool'} (arguments are not valid JSON)")
+                continue
+            arguments = self._wrap_lone_argument(arguments, slot["name"])
+            if not slot["name"] or not isinstance(arguments, dict):
+                problems.append(f"{slot['name'] or 'a call without a name'} (not a function call)")
+                continue
+            call = ToolCall(name=slot["name"], arguments=arguments)
+            call.id = slot["id"] or call.id
+            calls.append(call)
+        notice = f"The server sent tool calls that could not be used: {', '.join(problems)}." if problems else None
+        return calls, notice
+
+    def _wrap_lone_argument(self, arguments: Any, name: str) -> Any:
+        """vLLM 0.32's forced calls (and some small models) send a one-parameter tool's value bare ("Paris" instead
+        of {"city": "Paris"}); for a tool with exactly one parameter that is unambiguous, so it is wrapped."""
+        if isinstance(arguments, dict):
+            return arguments
+        for tool in self._tools:
+            properties = tool["function"].get("parameters", {}).get("properties", {})
+            if tool["function"]["name"] == name and len(properties) == 1:
+                return {next(iter(properties)): arguments}
+        return arguments
 
 
 class PromptTooLong(ValueError):

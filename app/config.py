@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,9 +17,19 @@ def cache_dir() -> Path:
     return Path(base).expanduser() / "composite-demo"
 
 
+def sessions_dir() -> Path:
+    """Where each browser session's Python folder is made; DEMO_SESSIONS_DIR overrides the system temp folder."""
+    return Path(os.environ.get("DEMO_SESSIONS_DIR") or Path(tempfile.gettempdir()) / "composite-demo-sessions")
+
+
 def _int(name: str, default: int) -> int:
     raw = os.environ.get(name, "").strip()
     return int(raw) if raw else default
+
+
+def _float(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    return float(raw) if raw else default
 
 
 @dataclass(frozen=True)
@@ -70,6 +81,110 @@ class ModelSettings:
             api_key=os.environ.get("DEMO_API_KEY", ""),
             api_model=os.environ.get("DEMO_API_MODEL", ""),
             vllm=VLLMOptions.from_env(),
+        )
+
+
+@dataclass(frozen=True)
+class DocumentSettings:
+    """Uploaded documents."""
+
+    max_chars: int = 12000  # how much of one document goes into the conversation (the rest stays in the file)
+
+    @classmethod
+    def from_env(cls) -> DocumentSettings:
+        # Empty means the default; anything else must be an integer (a typo fails loudly, not silently).
+        return cls(max_chars=int(os.environ.get("DEMO_DOCUMENT_MAX_CHARS") or cls.max_chars))
+
+
+@dataclass(frozen=True)
+class WeatherSettings:
+    """Where get_weather asks: Open-Meteo's free public API, or a mirror (or a local stand-in in tests)."""
+
+    geocoding_url: str = "https://geocoding-api.open-meteo.com/v1/search"
+    forecast_url: str = "https://api.open-meteo.com/v1/forecast"
+
+    @classmethod
+    def from_env(cls) -> WeatherSettings:
+        return cls(
+            geocoding_url=os.environ.get("DEMO_WEATHER_GEOCODING_URL", cls.geocoding_url),
+            forecast_url=os.environ.get("DEMO_WEATHER_FORECAST_URL", cls.forecast_url),
+        )
+
+
+@dataclass(frozen=True)
+class ImageApiSettings:
+    """An images API speaking OpenAI's `POST /images/generations`; without a URL generate_image is not offered."""
+
+    url: str = ""  # base URL, e.g. https://open.bigmodel.cn/api/paas/v4
+    api_key: str = ""
+    model: str = "cogview-4"
+    size: str = "1024x1024"
+
+    @classmethod
+    def from_env(cls) -> ImageApiSettings:
+        # Stripped: a stray space or newline pasted with a key would otherwise be sent in the header.
+        return cls(
+            url=os.environ.get("DEMO_IMAGE_API_URL", cls.url).strip(),
+            api_key=os.environ.get("DEMO_IMAGE_API_KEY", cls.api_key).strip(),
+            model=os.environ.get("DEMO_IMAGE_MODEL", cls.model).strip(),
+            size=os.environ.get("DEMO_IMAGE_SIZE", cls.size).strip(),
+        )
+
+
+@dataclass(frozen=True)
+class BrowserSettings:
+    """The web tools: which search service, and which local or private hosts they may open anyway."""
+
+    searxng_url: str = ""  # "": search with DuckDuckGo
+    allow: tuple[str, ...] = ()  # lower-case host names, IP addresses or CIDR networks
+
+    @classmethod
+    def from_env(cls) -> BrowserSettings:
+        entries = (item.strip().lower() for item in os.environ.get("DEMO_BROWSER_ALLOW", "").split(","))
+        return cls(
+            searxng_url=os.environ.get("DEMO_SEARXNG_URL", cls.searxng_url),
+            allow=tuple(entry for entry in entries if entry),
+        )
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Limits of each session's Python kernel (the kernel passes the first four to its sandboxed child)."""
+
+    memory_mb: int = 2048  # address space
+    cpu_s: int = 600
+    file_mb: int = 200  # largest file written
+    processes: int = 256  # not enforced by Linux for root
+    cell_timeout_s: float = 30.0  # a cell running longer is interrupted
+    idle_shutdown_s: float = 1800.0  # an idle kernel is shut down
+
+    @classmethod
+    def from_env(cls) -> SandboxLimits:
+        # Every value is read as a float so that "1e3" or "2048.0" work for the integer limits too.
+        return cls(
+            memory_mb=int(_float("DEMO_KERNEL_MEMORY_MB", cls.memory_mb)),
+            cpu_s=int(_float("DEMO_KERNEL_CPU_S", cls.cpu_s)),
+            file_mb=int(_float("DEMO_KERNEL_FILE_MB", cls.file_mb)),
+            processes=int(_float("DEMO_KERNEL_PROCESSES", cls.processes)),
+            cell_timeout_s=_float("DEMO_KERNEL_CELL_TIMEOUT_S", cls.cell_timeout_s),
+            idle_shutdown_s=_float("DEMO_KERNEL_IDLE_S", cls.idle_shutdown_s),
+        )
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """Defaults of the API server's command line (app/server.py)."""
+
+    host: str = "127.0.0.1"  # loopback only unless asked: the API has no key by default
+    api_key: str | None = None
+    cors_origins: str = ""  # comma-separated browser origins; none by default
+
+    @classmethod
+    def from_env(cls) -> ServerSettings:
+        return cls(
+            host=os.environ.get("HOST", "127.0.0.1"),
+            api_key=os.environ.get("DEMO_SERVER_API_KEY") or None,
+            cors_origins=os.environ.get("DEMO_SERVER_CORS_ORIGINS", ""),
         )
 
 

@@ -15,6 +15,7 @@ from typing import Any, Literal
 Role = Literal["system", "user", "assistant", "tool"]
 ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
 FinishReason = Literal["stop", "length", "cancelled", "tool_calls", "error"]
+ToolStatus = Literal["ok", "failed", "stopped"]
 
 
 def new_call_id() -> str:
@@ -53,6 +54,22 @@ class ToolCall:
         if not isinstance(arguments, dict):
             raise ValueError(f"tool call {name!r}: arguments must be a JSON object")
         return cls(name=name, arguments=arguments, id=data.get("id") or new_call_id())
+
+
+@dataclass(frozen=True)
+class CallFragment:
+    """A piece of a tool call as it streams, in the shape of OpenAI's `delta.tool_calls` items: the first piece of
+    call `index` carries its id and name, later ones more of its JSON arguments text."""
+
+    index: int
+    arguments: str = ""
+    id: str | None = None
+    name: str | None = None
+
+    @classmethod
+    def whole(cls, index: int, call: ToolCall) -> list[CallFragment]:
+        """A finished call as its two pieces: name first, then all of its arguments."""
+        return [cls(index, id=call.id, name=call.name), cls(index, json.dumps(call.arguments, ensure_ascii=False))]
 
 
 @dataclass
@@ -106,7 +123,8 @@ class Message:
     tool_call_id: str | None = None
     name: str | None = None
     metrics: AnswerMetrics | None = None
-    error: str | None = None  # assistant: why no answer; tool: "failed" or "stopped" (content has the details)
+    error: str | None = None  # assistant: why there is no (complete) answer, for the user to read
+    tool_status: ToolStatus | None = None  # tool: how the call went (content has the details)
     duration_s: float | None = None  # tool messages: how long the call ran
     attachments: list[Attachment] = field(default_factory=list)
     display_text: str | None = None  # tool messages: the full output when the model reads a shortened one
@@ -202,10 +220,8 @@ class Conversation:
             self.messages[index].content = new_content
         return self.messages[index]
 
-    def to_openai(self, system_prompt: str | None = None) -> list[dict[str, Any]]:
-        out = [{"role": "system", "content": system_prompt}] if system_prompt else []
-        out.extend(message.to_openai() for message in self.messages if message.role != "system" or not system_prompt)
-        return out
+    def to_openai(self) -> list[dict[str, Any]]:
+        return [message.to_openai() for message in self.messages]
 
     @classmethod
     def from_openai(cls, messages: list[dict[str, Any]]) -> Conversation:

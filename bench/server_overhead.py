@@ -89,15 +89,14 @@ class _IgnoreEOSClient:
     def __init__(self, client) -> None:
         self.client = client
         self.backend = client.backend
-        self.dialect_name = client.dialect_name
 
     def __getattr__(self, name):
         return getattr(self.client, name)
 
-    def stream(self, messages, params, cancel, tools=None):
+    def stream(self, messages, params, cancel, tools=None, response_format=None):
         from dataclasses import replace
 
-        return self.client.stream(messages, replace(params, ignore_eos=True), cancel, tools)
+        return self.client.stream(messages, replace(params, ignore_eos=True), cancel, tools, response_format)
 
 
 def main() -> None:

@@ -51,11 +51,11 @@ class Clock(BaseStreamer):
 def raw_run(client: HFClient, tokens: int) -> tuple[float, float]:
     # On the client's own generation thread, so both sides run torch on the same OS thread (torch's CPU kernels
     # keep per-thread OpenMP state; mixing threads would measure that, not the streaming path).
-    return client._generation_thread.submit(_raw_generate, client, tokens).result()
+    return client.queue.submit(_raw_generate, client, tokens).result()
 
 
 def _raw_generate(client: HFClient, tokens: int) -> tuple[float, float]:
-    input_ids = torch.tensor([client._render(PROMPT)])
+    input_ids = torch.tensor([client.template.render(PROMPT)])
     clock = Clock()
     started = time.perf_counter()
     with torch.inference_mode():

@@ -6,7 +6,7 @@ import threading
 from contextlib import closing
 
 from app.agent import AnswerDone, TextDelta, TurnDone, TurnError, run_turn
-from app.clients.base import ClientError, GenerationParams
+from app.clients.base import Capabilities, ClientError, GenerationParams
 from app.conversation import Conversation, Message
 
 PARAMS = GenerationParams(temperature=0.0, max_new_tokens=16)
@@ -43,7 +43,7 @@ class FailingClient:
     """Stands in for a backend whose server is down (cannot be made to fail on demand otherwise)."""
 
     backend = "failing"
-    dialect_name = None
+    capabilities = Capabilities(model_id="failing", native_tools=True, dialect=None, context_window=None)
 
     def __init__(self, exc):
         self.exc = exc
@@ -51,7 +51,7 @@ class FailingClient:
     def describe(self):
         return "failing"
 
-    def stream(self, messages, params, cancel, tools=None):
+    def stream(self, messages, params, cancel, tools=None, response_format=None):
         raise self.exc
         yield  # pragma: no cover - makes this a generator
 

@@ -48,11 +48,6 @@ def test_bad_messages_raise_clear_errors(bad, error):
         Message.from_openai(bad)
 
 
-def test_system_prompt_replaces_stored_system_messages():
-    conversation = Conversation([Message("system", "old"), Message("user", "hi")])
-    assert conversation.to_openai("new") == [{"role": "system", "content": "new"}, {"role": "user", "content": "hi"}]
-
-
 def test_rewind_to_last_user_drops_answers_and_can_edit():
     conversation = Conversation(
         [Message("user", "one"), Message("assistant", "1"), Message("user", "two"), Message("assistant", "2")]

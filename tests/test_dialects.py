@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.chat_format import process_response
-from app.dialects import DIALECTS, detect_dialect, get_dialect
+from app.dialects import DIALECTS, Detection, Dialect, detect_dialect, dialect_detection, get_dialect
+from app.dialects.hermes import HermesDialect
 
 TOOLS = ["get_weather", "calculator", "current_time"]
 hermes, glm4, llama3 = DIALECTS["hermes"], DIALECTS["glm4"], DIALECTS["llama3_json"]
@@ -196,13 +196,81 @@ def test_llama3_splits_parallel_calls_for_its_template():
 
 # ----- shared --------------------------------------------------------------------------------------------------
 
-def test_detection_from_the_chat_template():
-    assert detect_dialect("...<tool_call>...").name == "hermes"
-    assert detect_dialect("[gMASK]<sop>{% ... %}<|observation|>").name == "glm4"
-    assert detect_dialect("<|start_header_id|>ipython ... <|python_tag|>").name == "llama3_json"
-    assert detect_dialect(None).name == "hermes"
+CHATML = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] }}{% endfor %}"
+
+
+def test_hermes_is_detected_by_its_marker_not_by_falling_back():
+    assert dialect_detection(CHATML + "{% if tools %}<tool_call>{% endif %}") == Detection(hermes, by_marker=True)
+
+
+@pytest.mark.parametrize("template", [None, "", CHATML, "<|start_header_id|>user<|end_header_id|>"])
+def test_a_template_without_any_marker_falls_back_to_hermes(template):
+    assert dialect_detection(template) == Detection(hermes, by_marker=False)
+    assert detect_dialect(template) is hermes
+
+
+@pytest.mark.parametrize(
+    "template, expected",
+    [
+        ("[gMASK]<sop>{% ... %}<|observation|>", "glm4"),
+        ("[gMASK]<sop><tool_call>{{ name }}<arg_key>...<|observation|>", "glm4"),  # GLM-4.5 writes <tool_call> too
+        ("<|start_header_id|>ipython ... <|python_tag|>", "llama3_json"),
+        ('<|start_header_id|>... {"name": function name, "parameters": ...}', "llama3_json"),
+    ],
+)
+def test_detection_of_the_other_families(template, expected):
+    assert dialect_detection(template) == Detection(DIALECTS[expected], by_marker=True)
+
+
+def test_dialects_are_listed_in_their_order_and_unknown_names_are_refused():
+    assert list(DIALECTS) == ["hermes", "glm4", "llama3_json"]
+    assert get_dialect("glm4") is glm4
     with pytest.raises(ValueError, match="unknown tool-call dialect"):
         get_dialect("nope")
+
+
+@pytest.fixture
+def restore_registry():
+    """Takes out any dialect a test registers, so the other tests see only the real ones."""
+    before = set(DIALECTS)
+    yield
+    for name in set(DIALECTS) - before:
+        DIALECTS.unregister(name)
+
+
+def test_a_new_dialect_registers_itself_and_is_detected_by_its_marker(restore_registry):
+    class ToyDialect(Dialect):
+        name = "toy"
+        label = "Toy (<toy_call> tags)"
+
+        @classmethod
+        def detects(cls, chat_template: str) -> bool:
+            return "<toy_call>" in chat_template
+
+        def stream_parser(self, tool_names):
+            return hermes.stream_parser(tool_names)
+
+        def json_call(self, tool):
+            return hermes.json_call(tool)
+
+        def format_instructions(self) -> str:
+            return "Write <toy_call>."
+
+    assert list(DIALECTS) == ["hermes", "glm4", "llama3_json", "toy"]  # no `order`: after the built-in ones
+    assert isinstance(get_dialect("toy"), ToyDialect)
+    assert dialect_detection(CHATML + "<toy_call>") == Detection(DIALECTS["toy"], by_marker=True)
+    assert dialect_detection(CHATML) == Detection(hermes, by_marker=False)
+
+
+def test_a_base_without_a_name_is_not_registered_and_a_taken_name_is_refused(restore_registry):
+    class SharedBase(Dialect):
+        pass
+
+    assert list(DIALECTS) == ["hermes", "glm4", "llama3_json"]
+    with pytest.raises(ValueError, match="'hermes' is defined twice"):
+        class AnotherHermes(HermesDialect):
+            name = "hermes"
+    assert type(DIALECTS["hermes"]) is HermesDialect
 
 
 def test_fallback_rendering_lists_tools_and_leaves_past_calls_out():
@@ -224,10 +292,6 @@ def test_fallback_rendering_lists_tools_and_leaves_past_calls_out():
     assert prompt.messages[2] == {"role": "tool", "content": "sunny"}
     as_user = hermes.render(messages, tools, native=False, tool_role=False)
     assert as_user.messages[2] == {"role": "user", "content": "Result of get_weather: sunny"}
-
-
-def test_without_tools_process_response_is_the_text():
-    assert process_response("  hi <tool_call>{}</tool_call> ").content == "hi <tool_call>{}</tool_call>"
 
 
 # ----- properties ----------------------------------------------------------------------------------------------

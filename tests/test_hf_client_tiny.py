@@ -32,12 +32,12 @@ def generate_ids(client, prompt_ids, n):
 
 def test_streamed_text_equals_one_shot_decode(tiny_client):
     text, deltas = collect(tiny_client)
-    ids = generate_ids(tiny_client, tiny_client._render(HELLO), 24)
+    ids = generate_ids(tiny_client, tiny_client.template.render(HELLO), 24)
     assert text == tiny_client.tokenizer.decode(ids, skip_special_tokens=True)
     final = deltas[-1]
     assert final.finish_reason == "length"
     assert final.metrics.completion_tokens == 24
-    assert final.metrics.prompt_tokens == len(tiny_client._render(HELLO))
+    assert final.metrics.prompt_tokens == len(tiny_client.template.render(HELLO))
     assert final.metrics.time_to_first_token_s > 0 and final.metrics.tokens_per_second > 0
 
 
@@ -45,15 +45,16 @@ def test_incremental_detokeniser_handles_multibyte_characters(tiny_model_dir):
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     text = "Zwölf Boxkämpfer 東京 café 🙂 naïve"
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    streamer = IncrementalTextStreamer(tokenizer)
+    emitted: list[tuple[str, int]] = []
+    streamer = IncrementalTextStreamer(tokenizer, lambda chunk, tokens: emitted.append((chunk, tokens)))
     streamer.put(torch.tensor([[0]]))  # the prompt, skipped
     for token_id in ids:  # one token at a time, as generate() hands them over
         streamer.put(torch.tensor([token_id]))
     streamer.end()
-    chunks = list(streamer)
+    chunks = [chunk for chunk, _ in emitted]
     assert "".join(chunks) == text
     assert not any("\ufffd" in chunk for chunk in chunks)
-    assert streamer.completion_tokens == len(ids)
+    assert sum(tokens for _, tokens in emitted) == streamer.completion_tokens == len(ids)
 
 
 def test_greedy_is_deterministic_and_sampling_respects_seed(tiny_client):

@@ -8,8 +8,11 @@ import threading
 import time
 
 import httpx
+import jsonschema
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from pydantic import BaseModel
 
 from app.clients.openai import OpenAIClient
 from app.config import ModelSettings
@@ -74,9 +77,12 @@ def test_streamed_tool_call_never_leaks_into_content(sdk):
         tool_choice={"type": "function", "function": {"name": "calculator"}},
         messages=[{"role": "user", "content": "What is 17 * 23?"}]))
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == ""
-    calls = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
-    assert calls[0].index == 0 and calls[0].function.name == "calculator"
-    assert json.loads(calls[0].function.arguments)["expression"].replace(" ", "") == "17*23"
+    pieces = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
+    # Incremental, as OpenAI and vLLM stream them: the id and name first, then the arguments in several pieces.
+    assert pieces[0].index == 0 and pieces[0].function.name == "calculator" and pieces[0].id.startswith("call_")
+    assert all(p.index == 0 and p.function.name is None and p.id is None for p in pieces[1:]) and len(pieces) > 3
+    arguments = "".join(p.function.arguments or "" for p in pieces)
+    assert json.loads(arguments)["expression"].replace(" ", "") == "17*23"
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
 
 
@@ -99,7 +105,9 @@ def test_multi_turn_with_a_tool_result(sdk):
         ({"n": 2}, openai.BadRequestError, 400),
         ({"temperature": 7}, openai.UnprocessableEntityError, 422),
         ({"extra_body": {"logit_bias": {"1": 5}}}, openai.BadRequestError, 400),
-        ({"response_format": {"type": "json_object"}}, openai.BadRequestError, 400),
+        ({"response_format": {"type": "json_schema"}}, openai.BadRequestError, 400),
+        ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nonsense"}}}},
+         openai.BadRequestError, 400),
         ({"tool_choice": {"type": "function", "function": {"name": "nope"}}, "tools": WEATHER},
          openai.BadRequestError, 400),
     ],
@@ -148,3 +156,90 @@ def test_the_apps_openai_backend_works_against_this_server(api):
     deltas = list(client.stream([{"role": "user", "content": "What is the capital of France?"}],
                                 GenerationParams(temperature=0.0, max_new_tokens=20), threading.Event()))
     assert "Paris" in "".join(d.text for d in deltas) and deltas[-1].metrics.completion_tokens > 0
+
+
+class City(BaseModel):
+    name: str
+    country: str
+    population: int
+
+
+def test_a_json_schema_response_format_from_the_sdk_returns_content_that_validates(sdk):
+    reply = sdk.chat.completions.parse(model=MODEL, temperature=0, max_tokens=60, response_format=City, messages=[
+        {"role": "user", "content": "Describe Paris as JSON with its name, country and population."}])
+    choice = reply.choices[0]
+    assert choice.finish_reason == "stop" and isinstance(choice.message.parsed, City)
+    jsonschema.validate(json.loads(choice.message.content), City.model_json_schema())
+
+
+def test_a_json_object_response_format_streams_a_json_object(sdk):
+    chunks = list(sdk.chat.completions.create(
+        model=MODEL, temperature=0, max_tokens=80, stream=True, response_format={"type": "json_object"},
+        messages=[{"role": "user", "content": "Give me a JSON object describing a cat."}]))
+    content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert chunks[-1].choices[0].finish_reason == "stop" and isinstance(json.loads(content), dict)
+
+
+def test_the_sdk_puts_streamed_incremental_tool_calls_together(sdk):
+    with sdk.chat.completions.stream(model=MODEL, temperature=0, max_tokens=60, tools=WEATHER,
+                                     tool_choice={"type": "function", "function": {"name": "get_weather"}},
+                                     messages=[{"role": "user", "content": "Weather in Paris?"}]) as stream:
+        pieces = [event.arguments_delta for event in stream if event.type == "tool_calls.function.arguments.delta"]
+        final = stream.get_final_completion()
+    call = final.choices[0].message.tool_calls[0]
+    assert len(pieces) > 2 and "".join(pieces) == call.function.arguments  # arrived piece by piece
+    assert call.function.name == "get_weather" and "city" in json.loads(call.function.arguments)
+    assert final.choices[0].finish_reason == "tool_calls"
+
+
+def test_a_forced_call_cut_by_max_tokens_is_length_not_an_error(sdk, api):
+    request = dict(model=MODEL, temperature=0, max_tokens=4, tools=WEATHER, tool_choice="required",
+                   messages=[{"role": "user", "content": "What's the weather like in Paris?"}])
+    choice = sdk.chat.completions.create(**request).choices[0]
+    assert choice.finish_reason == "length"  # as OpenAI and vLLM answer: 200, with what was generated
+    assert choice.message.tool_calls is None or json.loads(choice.message.tool_calls[0].function.arguments + '"}')
+    chunks = list(sdk.chat.completions.create(**request, stream=True))
+    assert chunks[-1].choices[0].finish_reason == "length"
+
+
+def _metric(api: str, name: str, **labels: str) -> float:
+    text = httpx.get(f"{api}/metrics").text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return sample.value
+    return 0.0
+
+
+def test_metrics_count_requests_tokens_latency_and_errors(sdk, api):
+    before = {name: _metric(api, name) for name in ("demo_completion_tokens_total",
+                                                    "demo_time_to_first_token_seconds_count",
+                                                    "demo_chat_completion_duration_seconds_count")}
+    requests = _metric(api, "demo_http_requests_total", route="/v1/chat/completions", status="200")
+    not_found = _metric(api, "demo_errors_total", kind="invalid_request_error")
+    reply = sdk.chat.completions.create(model=MODEL, temperature=0, max_tokens=5,
+                                        messages=[{"role": "user", "content": "Hi"}])
+    with pytest.raises(openai.NotFoundError):
+        sdk.chat.completions.create(model="gpt-99", max_tokens=5, messages=[{"role": "user", "content": "Hi"}])
+    assert _metric(api, "demo_completion_tokens_total") == before["demo_completion_tokens_total"] + \
+        reply.usage.completion_tokens
+    assert _metric(api, "demo_time_to_first_token_seconds_count") == before["demo_time_to_first_token_seconds_count"] + 1
+    assert _metric(api, "demo_chat_completion_duration_seconds_count") == \
+        before["demo_chat_completion_duration_seconds_count"] + 1
+    assert _metric(api, "demo_http_requests_total", route="/v1/chat/completions", status="200") == requests + 1
+    assert _metric(api, "demo_errors_total", kind="invalid_request_error") == not_found + 1
+
+
+def test_a_client_that_disconnects_cancels_its_generation(api):
+    cancelled = _metric(api, "demo_chat_completions_total", finish_reason="cancelled")
+    body = {"model": MODEL, "stream": True, "max_tokens": 400, "temperature": 0,
+            "messages": [{"role": "user", "content": "Write a long story about a lighthouse."}]}
+    with httpx.stream("POST", f"{api}/v1/chat/completions", json=body,
+                      headers={"Authorization": "Bearer secret-key"}) as response:
+        lines = response.iter_lines()
+        assert next(line for line in lines if line.startswith("data: ")).startswith('data: {"id"')
+    deadline = time.monotonic() + 10
+    while _metric(api, "demo_chat_completions_total", finish_reason="cancelled") == cancelled:
+        assert time.monotonic() < deadline, "the generation went on after the client left"
+        time.sleep(0.1)
+    assert _metric(api, "demo_chat_requests_in_progress") == 0

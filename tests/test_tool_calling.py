@@ -11,7 +11,8 @@ from contextlib import closing
 import pytest
 
 from app.chat_format import process_input
-from app.agent import AnswerDone, TextDelta, ToolCallFinished, ToolCallStarted, ToolSettings, TurnDone, run_turn
+from app.agent import (AnswerDone, TextDelta, ToolCallFinished, ToolCallStarted, ToolSettings, TurnDone, TurnError,
+                       Waiting, run_turn)
 from app.clients.base import ClientError, GenerationParams, ToolRequest
 from app.clients.hf import HFClient
 from app.config import ModelSettings
@@ -40,7 +41,7 @@ def family_client(request, tmp_path_factory):
 
 def test_the_dialect_is_read_from_the_template(family_client):
     expected = {"qwen": "hermes", "glm4": "glm4", "llama3": "llama3_json"}[family_client.model_path.name[:-1]]
-    assert family_client.dialect_name == expected and family_client.native_tools
+    assert family_client.capabilities.dialect == expected and family_client.capabilities.native_tools
     if expected == "glm4":  # the token that ends a GLM-4 call turn is a stop token
         assert family_client.tokenizer.convert_tokens_to_ids("<|observation|>") in family_client.stop_token_ids
 
@@ -62,18 +63,29 @@ def test_the_prompt_shows_tools_past_calls_and_results(tiny_client):
             "name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
         {"role": "tool", "tool_call_id": "c1", "name": "get_weather", "content": "sunny, 21°C"},
     ]
-    with_tools = tiny_client.tokenizer.decode(tiny_client._render(history, ToolRequest(SCHEMAS, "auto")))
+    with_tools = tiny_client.tokenizer.decode(tiny_client.template.render(history, ToolRequest(SCHEMAS, "auto")))
     assert '"name": "get_weather"' in with_tools and "Get the current weather" in with_tools
     assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>' in with_tools
     assert "<tool_response>\nsunny, 21°C\n</tool_response>" in with_tools
-    without = tiny_client.tokenizer.decode(tiny_client._render(history, ToolRequest(SCHEMAS, "none")))
+    without = tiny_client.tokenizer.decode(tiny_client.template.render(history, ToolRequest(SCHEMAS, "none")))
     assert "Get the current weather" not in without and "sunny, 21°C" in without
-    assert tiny_client.count_prompt_tokens(ASK, ToolRequest(SCHEMAS)) > tiny_client.count_prompt_tokens(ASK) + 500
+    assert len(tiny_client.template.render(ASK, ToolRequest(SCHEMAS))) > len(tiny_client.template.render(ASK)) + 500
 
 
-def test_an_unfinished_forced_call_is_a_clear_error(tiny_client):
-    with pytest.raises(ClientError, match="did not finish the tool call within 5 new tokens"):
-        stream(tiny_client, ASK, ToolRequest(SCHEMAS, "get_weather"), GenerationParams(temperature=0.0, max_new_tokens=5))
+def test_an_unfinished_forced_call_ends_with_length_and_the_app_says_what_to_change(tiny_client):
+    cut = GenerationParams(temperature=0.0, max_new_tokens=5)
+    deltas = list(tiny_client.stream(ASK, cut, threading.Event(), ToolRequest(SCHEMAS, "get_weather")))
+    # As OpenAI's and vLLM's APIs do: finish_reason "length", no call, and the call as far as it got.
+    assert deltas[-1].finish_reason == "length" and deltas[-1].tool_calls == []
+    assert "".join(d.text for d in deltas) == ""
+    assert [f.name for d in deltas for f in d.call_fragments if f.name] in ([], ["get_weather"])
+    conversation = Conversation([Message("user", "Weather in Paris?")])
+    local = registry.subset(["get_weather"])
+    events = list(run_turn(tiny_client, conversation, cut, tools=ToolSettings(local, choice="get_weather")))
+    errors = [e.message for e in events if isinstance(e, TurnError)]
+    assert errors == ["The model did not finish the tool call within 5 new tokens. Raise 'Max new tokens' and "
+                      "try again."]
+    assert [m.role for m in conversation.messages] == ["user", "assistant"]
 
 
 def test_bad_tool_requests_are_rejected():
@@ -97,7 +109,7 @@ def test_the_loop_calls_the_tool_then_answers(tiny_client):
     tools = ToolSettings(registry.subset(["calculator"]), choice="calculator", max_rounds=2)
     events = list(run_turn(tiny_client, conversation, GenerationParams(temperature=0.0, max_new_tokens=200),
                            tools=tools))
-    kinds = [type(e).__name__ for e in events if not isinstance(e, TextDelta)]
+    kinds = [type(e).__name__ for e in events if not isinstance(e, (TextDelta, Waiting))]
     assert kinds[:3] == ["AnswerDone", "ToolCallStarted", "ToolCallFinished"] and kinds[-2:] == ["AnswerDone", "TurnDone"]
     roles = [m.role for m in conversation.messages]
     assert roles == ["user", "assistant", "tool", "assistant"]
@@ -130,8 +142,8 @@ def test_a_failing_tool_becomes_an_observation_and_the_loop_goes_on(tiny_client)
     n = conversation.messages[1].tool_calls[0].arguments["n"]
     assert isinstance(n, int)
     if n != 42:
-        assert observation.error == "failed" and observation.content == f"Error: {n} is not 42."
-    prompt = tiny_client.tokenizer.decode(tiny_client._render(process_input(conversation)))
+        assert observation.tool_status == "failed" and observation.content == f"Error: {n} is not 42."
+    prompt = tiny_client.tokenizer.decode(tiny_client.template.render(process_input(conversation)))
     assert observation.content in prompt  # the model reads the error in the next round
 
 
@@ -159,7 +171,7 @@ def test_stop_during_a_tool_call_keeps_what_happened(tiny_client):
                 break
     assert time.perf_counter() - started < 15
     assert [m.role for m in conversation.messages] == ["user", "assistant", "tool"]
-    assert conversation.messages[2].error == "stopped" and "stopped" in conversation.messages[2].content
+    assert conversation.messages[2].tool_status == "stopped" and "stopped" in conversation.messages[2].content
 
 
 def test_a_cancel_event_stops_a_running_tool(tiny_client):
@@ -184,14 +196,14 @@ def test_a_cancel_event_stops_a_running_tool(tiny_client):
         if isinstance(event, ToolCallStarted):
             cancel.set()
     finished = [e for e in events if isinstance(e, ToolCallFinished)]
-    assert finished and finished[0].message.error == "stopped" and isinstance(events[-1], TurnDone)
+    assert finished and finished[0].message.tool_status == "stopped" and isinstance(events[-1], TurnDone)
 
 
 # ----- the real SmolLM2 ----------------------------------------------------------------------------------------
 
 def test_smollm2_has_no_tool_template_and_gets_the_fallback_prompt(smol_client):
-    assert smol_client.dialect_name == "hermes" and not smol_client.native_tools
-    prompt = smol_client.tokenizer.decode(smol_client._render(ASK, ToolRequest(SCHEMAS)))
+    assert smol_client.capabilities.dialect == "hermes" and not smol_client.capabilities.native_tools
+    prompt = smol_client.tokenizer.decode(smol_client.template.render(ASK, ToolRequest(SCHEMAS)))
     assert "You can call these tools" in prompt and "<tool_call>" in prompt
 
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from app.conversation import AnswerMetrics, ToolCall
+from app.conversation import AnswerMetrics, CallFragment, ToolCall
 
 if TYPE_CHECKING:
     from app.generation_defaults import GenerationDefaults
@@ -94,26 +94,73 @@ class ToolRequest:
         return [tool for tool in self.tools if tool["function"]["name"] == self.choice]
 
 
+@dataclass(frozen=True)
+class ResponseFormat:
+    """The shape the text of a reply must have, as OpenAI's `response_format`: "text" (free), "json_object" (any
+    JSON object) or "json_schema" (JSON valid against `schema`). Local backends enforce it with a grammar."""
+
+    type: str = "text"
+    schema: dict[str, Any] | None = None
+    name: str = "response"  # json_schema: the schema's name, which OpenAI's API requires
+
+    def __post_init__(self) -> None:
+        if self.type not in ("text", "json_object", "json_schema"):
+            raise ValueError(f"response_format type {self.type!r} is not one of text, json_object, json_schema")
+        if self.type == "json_schema" and not isinstance(self.schema, dict):
+            raise ValueError("response_format json_schema needs json_schema.schema, a JSON Schema object")
+
+    @property
+    def constrained(self) -> bool:
+        return self.type != "text"
+
+    def to_openai(self) -> dict[str, Any]:
+        if self.type == "json_schema":
+            return {"type": "json_schema", "json_schema": {"name": self.name, "schema": self.schema, "strict": True}}
+        return {"type": self.type}
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a loaded backend can do and is; front ends read these instead of probing the client."""
+
+    model_id: str  # the model's name, as an API server offers it
+    native_tools: bool  # the model sees tools through its own chat template (or the remote server's)
+    dialect: str | None  # the tool-call dialect this client parses; None: a remote server parses calls
+    context_window: int | None  # prompt + answer tokens; None when the backend does not say
+    vision: bool = False  # accepts images in user messages
+    structured_output: bool = True  # honours ResponseFormat (and forced tool calls) with constrained decoding
+
+
 @dataclass
 class Delta:
     """One step of a streamed answer.
 
+    A delta with no text, notice, call fragments or finish reason is a heartbeat: the backend is busy (prefill,
+    queued, a silent server) and the consumer gets a chance to notice Stop. Clients send one at least every
+    `app.clients.streaming.HEARTBEAT_S` while nothing else comes.
+
     `metrics` is the live metrics object of this answer (the same object on every delta, complete on the last
-    one), so a consumer that stops early still knows the token counts so far.
+    one), so a consumer that stops early still knows the token counts so far. `call_fragments` stream the tool
+    calls as they are written (name first, then argument text); the last delta carries them whole in `tool_calls`.
     """
 
     text: str = ""
     notice: str | None = None
     finish_reason: str | None = None
     metrics: AnswerMetrics = field(default_factory=AnswerMetrics)
+    call_fragments: list[CallFragment] = field(default_factory=list)
     tool_calls: list[ToolCall] = field(default_factory=list)  # on the last delta: the calls the reply made
+
+    @property
+    def is_heartbeat(self) -> bool:
+        return not (self.text or self.notice or self.call_fragments or self.finish_reason)
 
 
 class Client(Protocol):
-    """A loaded backend. One instance serves every browser session of the process."""
+    """A loaded backend. One instance serves every browser session (and API request) of the process."""
 
     backend: str
-    dialect_name: str | None  # the tool-call dialect detected for the model (None: the server parses calls)
+    capabilities: Capabilities
     generation_defaults: GenerationDefaults  # sampling values that fit the model (app/generation_defaults.py)
 
     def describe(self) -> str:
@@ -126,9 +173,13 @@ class Client(Protocol):
         params: GenerationParams,
         cancel: threading.Event,
         tools: ToolRequest | None = None,
+        response_format: ResponseFormat | None = None,
     ) -> Iterator[Delta]:
         """Stream an answer to OpenAI-format `messages`; stop soon after `cancel` is set or the iterator closes.
-        Text deltas never contain tool-call text; the calls come on the last delta (finish_reason "tool_calls")."""
+
+        Text deltas never contain tool-call text. The last delta has the finish reason: "stop", "length" (cut at
+        the token limit: a forced call cut so comes as fragments only), "tool_calls" (with the calls) or
+        "cancelled". Raises ClientError, with what to do, for a request the backend cannot serve."""
         ...
 
     def close(self) -> None:

@@ -5,15 +5,20 @@ stop tokens, fitting into the context window, and the parser and grammar for the
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from app.chat_format import PromptTooLong, fit_to_context
-from app.clients.base import ClientError, GenerationParams, ToolRequest
-from app.dialects import ConstrainedCall, Dialect, StreamParser, detect_dialect, get_dialect
-from app.dialects.base import ForcedCallParser
+from app.chat_format import PromptTooLong, ResponseProcessor, fit_to_context, process_response
+from app.clients.base import Capabilities, ClientError, Delta, GenerationParams, ResponseFormat, ToolRequest
+from app.clients.streaming import EngineRequest, stream_engine
+from app.conversation import AnswerMetrics
+from app.dialects import Dialect, detect_dialect, get_dialect
+from app.dialects.constraint import call_ebnf, reply_ebnf
 from app.generation_defaults import GenerationDefaults, generation_defaults
 
 # Used only when a model ships no chat template at all (base models): plain ChatML.
@@ -28,22 +33,15 @@ _PROBE_TOOL = {"type": "function", "function": {"name": "probe_tool_7f3a", "desc
 
 @dataclass
 class PreparedPrompt:
-    """Everything a backend needs to generate one reply."""
+    """Everything a local backend needs to generate one reply."""
 
     token_ids: list[int]
     max_new_tokens: int
     dropped_messages: int
     notice: str | None
-    stop_strings: tuple[str, ...]  # the user's, plus dialect stops that are not single tokens
-    parser: StreamParser | None  # splits the reply into text and calls; None without tools
-    forced: list[ConstrainedCall]  # the calls a grammar must force (tool_choice required / named)
+    processor: ResponseProcessor  # stop strings and the reply's parser (app/chat_format.py)
+    grammar: str | None  # EBNF the reply must follow (a forced call, a response format), or None
     params: GenerationParams  # the settings to generate with (see `ChatTemplate.prepare`)
-
-    def check_forced_call(self, calls: Sequence[Any], finish_reason: str | None) -> None:
-        """A forced call cut off by the token limit is no call at all: say what to change."""
-        if self.forced and not calls and finish_reason == "length":
-            raise ClientError(f"The model did not finish the tool call within {self.max_new_tokens} new tokens. "
-                              "Raise 'Max new tokens' and try again.")
 
 
 class ChatTemplate:
@@ -133,11 +131,12 @@ class ChatTemplate:
         )
         return list(encoded["input_ids"])
 
-    def count(self, messages: list[dict[str, Any]], tools: ToolRequest | None = None) -> int:
-        return len(self.render(messages, tools))
-
     def prepare(
-        self, messages: list[dict[str, Any]], params: GenerationParams, tools: ToolRequest | None
+        self,
+        messages: list[dict[str, Any]],
+        params: GenerationParams,
+        tools: ToolRequest | None,
+        response_format: ResponseFormat | None = None,
     ) -> PreparedPrompt:
         dialect = self.dialect_for(tools)
         # Reserve room for the answer, but never more than half the window: a large "max new tokens" on a small
@@ -163,31 +162,38 @@ class ChatTemplate:
         active_tools = tools.active_tools if tools else []
         # A dialect stop string that is not one token of this vocabulary is matched on the text instead.
         text_stops = [s for s in dialect.stop_strings if self.single_token_id(s) not in self.stop_token_ids]
-        parser = dialect.stream_parser([tool["function"]["name"] for tool in active_tools]) if active_tools else None
         forced_tools = tools.forced_tools if tools else []
         # A free-text code body only when it is the one allowed call: then the whole reply is that call.
         forced = [dialect.constrained_call(tool, allow_code_body=len(forced_tools) == 1) for tool in forced_tools]
+        grammar = None
         if forced:
-            parser = ForcedCallParser(forced)  # the grammar fixes the reply's exact shape: parse it by that shape
+            grammar = call_ebnf(forced)
             # The grammar already rules out loops; a repetition penalty only bends the call (JSON repeats its
             # quotes, arguments are copied from the prompt): SmolLM2 at 1.1 wrote calculator({"expression":
             # "{10}"}) for "What is 17 * 23?" (vLLM counts the prompt), or never closed the call (HF, answer only).
             params = replace(params, repetition_penalty=1.0)
+        elif response_format is not None and response_format.constrained:
+            # The answer must be this JSON, or (with tools on offer) one of the calls.
+            calls = [dialect.json_call(tool) for tool in active_tools]
+            try:
+                grammar = reply_ebnf(calls, response_format.schema)
+            except Exception as exc:  # xgrammar refuses schemas it cannot turn into a grammar
+                raise ClientError(f"The response format's JSON Schema cannot be enforced: {exc}") from exc
         return PreparedPrompt(
             token_ids=list(rendered),
             max_new_tokens=min(params.max_new_tokens, self.context_window - fitted.token_count),
             dropped_messages=fitted.dropped_messages,
             notice=notice,
-            stop_strings=(*params.stop, *text_stops) if active_tools else params.stop,
-            parser=parser,
-            forced=forced,
+            processor=process_response(dialect, active_tools, forced,
+                                       (*params.stop, *text_stops) if active_tools else params.stop),
+            grammar=grammar,
             params=params,
         )
 
 
-class LocalTemplateClient:
-    """Shared by the local backends: the facts of their ChatTemplate and model folder, under the names the front
-    ends use."""
+class LocalTemplateClient(ABC):
+    """Shared by the local backends (transformers, vLLM): the facts of their ChatTemplate and model folder, and
+    the whole of `stream` but for starting the engine (`engine_request`)."""
 
     template: ChatTemplate
     model_path: Path
@@ -196,21 +202,14 @@ class LocalTemplateClient:
     def generation_defaults(self) -> GenerationDefaults:
         return generation_defaults(self.model_path.name, self.model_path)
 
+    @functools.cached_property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(model_id=self.model_path.name, native_tools=self.template.native_tools,
+                            dialect=self.template.dialect.name, context_window=self.template.context_window)
+
     @property
     def tokenizer(self) -> Any:
         return self.template.tokenizer
-
-    @property
-    def dialect(self) -> Dialect:
-        return self.template.dialect
-
-    @property
-    def dialect_name(self) -> str:
-        return self.template.dialect.name
-
-    @property
-    def native_tools(self) -> bool:
-        return self.template.native_tools
 
     @property
     def stop_token_ids(self) -> list[int]:
@@ -220,8 +219,26 @@ class LocalTemplateClient:
     def context_window(self) -> int:
         return self.template.context_window
 
-    def _render(self, messages: list[dict[str, Any]], tools: ToolRequest | None = None) -> list[int]:
-        return self.template.render(messages, tools)
+    def stream(
+        self,
+        messages: list[dict[str, Any]],
+        params: GenerationParams,
+        cancel: threading.Event,
+        tools: ToolRequest | None = None,
+        response_format: ResponseFormat | None = None,
+    ) -> Iterator[Delta]:
+        started = time.perf_counter()
+        prompt = self.template.prepare(messages, params, tools, response_format)
+        metrics = AnswerMetrics(prompt_tokens=len(prompt.token_ids), dropped_messages=prompt.dropped_messages)
+        if prompt.notice:
+            yield Delta(notice=prompt.notice, metrics=metrics)
+        engine = self.engine_request(prompt, cancel)
+        yield from stream_engine(engine, prompt.processor, cancel, metrics, self.engine_error, started)
 
-    def count_prompt_tokens(self, messages: list[dict[str, Any]], tools: ToolRequest | None = None) -> int:
-        return self.template.count(messages, tools)
+    @abstractmethod
+    def engine_request(self, prompt: PreparedPrompt, cancel: threading.Event) -> EngineRequest:
+        """This backend's engine, ready to generate `prompt`."""
+
+    @abstractmethod
+    def engine_error(self, error: BaseException) -> ClientError:
+        """An engine failure as an error the user can act on."""

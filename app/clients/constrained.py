@@ -8,8 +8,6 @@ from typing import Any
 
 from transformers import LogitsProcessorList
 
-from app.dialects.base import ConstrainedCall
-from app.dialects.constraint import call_grammar
 
 
 class ConstrainedDecoding:
@@ -35,9 +33,10 @@ class ConstrainedDecoding:
                 self._compiler = xgr.GrammarCompiler(info)
             return self._compiler
 
-    def logits_processors(self, calls: Sequence[ConstrainedCall]) -> LogitsProcessorList:
-        """A fresh processor per generate() call (xgrammar's matcher is stateful)."""
+    def logits_processors(self, ebnf: str) -> LogitsProcessorList:
+        """A fresh processor per generate() call (xgrammar's matcher is stateful) for the grammar `ebnf`, the same
+        text vLLM's structured outputs receive (app/dialects/constraint.py)."""
         import xgrammar.contrib.hf as xgr_hf
 
-        compiled = self._grammar_compiler().compile_grammar(call_grammar(calls))
+        compiled = self._grammar_compiler().compile_grammar(ebnf)
         return LogitsProcessorList([xgr_hf.LogitsProcessor(compiled)])

@@ -1,20 +1,20 @@
 """Hugging Face transformers backend: one model per process, answers streamed from one generation thread.
 
-Concurrent sessions are serialised with a lock (a CPU has nothing to gain from interleaving two generate
-calls); a waiting session is told so and can still cancel while it waits. Every generate() runs on the same
-long-lived thread: torch's CPU kernels keep per-thread OpenMP state, and a fresh thread per answer, or
-answers alternating between threads, measurably slowed decoding (bench/stream_overhead.py).
+Concurrent sessions queue up (a CPU has nothing to gain from interleaving two generate calls); a waiting
+session is told so and can still cancel while it waits. Every generate() runs on the same long-lived thread:
+torch's CPU kernels keep per-thread OpenMP state, and a fresh thread per answer, or answers alternating between
+threads, measurably slowed decoding (bench/stream_overhead.py). Everything else about streaming is shared by
+all backends (app/clients/streaming.py).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from transformers import (
@@ -26,17 +26,43 @@ from transformers import (
     StoppingCriteriaList,
 )
 
-from app.clients.base import ClientError, Delta, GenerationParams, ToolRequest
-from app.clients.chat_template import ChatTemplate, LocalTemplateClient
+from app.clients.base import ClientError, GenerationParams
+from app.clients.chat_template import ChatTemplate, LocalTemplateClient, PreparedPrompt
 from app.clients.constrained import ConstrainedDecoding
 from app.clients.incremental_streamer import IncrementalTextStreamer
-from app.clients.stop_strings import StopStringFilter
+from app.clients.streaming import EngineFeed, EngineOutput, EngineRequest
 from app.config import ModelSettings, offline_by_default
-from app.conversation import AnswerMetrics, ToolCall
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
-_WAIT_NOTICE_AFTER_S = 0.5
+
+
+class GenerationQueue:
+    """generate() calls one at a time, in order, on one long-lived thread; knows whether any is running or waiting."""
+
+    def __init__(self) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-generate")
+        self._lock = threading.Lock()
+        self._unfinished = 0
+
+    def busy(self) -> bool:
+        with self._lock:
+            return self._unfinished > 0
+
+    def submit(self, job: Callable[..., T], *args: Any) -> Future[T]:
+        with self._lock:
+            self._unfinished += 1
+        future = self._executor.submit(job, *args)
+        future.add_done_callback(self._finished)  # also runs for a job cancelled before it started
+        return future
+
+    def _finished(self, _: Future[Any]) -> None:
+        with self._lock:
+            self._unfinished -= 1
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=True, cancel_futures=True)
 
 
 class CancelCriteria(StoppingCriteria):
@@ -116,8 +142,7 @@ class HFClient(LocalTemplateClient):
         eos = self.model.generation_config.eos_token_id
         self.template = ChatTemplate(tokenizer, eos if isinstance(eos, list) else [eos], self._context_window(tokenizer))
         self._constrained = ConstrainedDecoding(self.tokenizer, self.model, self.stop_token_ids)
-        self._lock = threading.Lock()
-        self._generation_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hf-generate")
+        self.queue = GenerationQueue()
         log.info("Loaded %s on %s (%s), context %d", self.model_path, self.device, dtype, self.context_window)
 
     # ----- derived model facts -------------------------------------------------------------------------
@@ -140,118 +165,24 @@ class HFClient(LocalTemplateClient):
 
     # ----- generation ------------------------------------------------------------------------------------
 
-    def stream(
-        self,
-        messages: list[dict[str, Any]],
-        params: GenerationParams,
-        cancel: threading.Event,
-        tools: ToolRequest | None = None,
-    ) -> Iterator[Delta]:
-        metrics = AnswerMetrics()
-        started = time.perf_counter()
-        next_beat = started + _WAIT_NOTICE_AFTER_S
-        while not self._lock.acquire(timeout=0.05):
-            if cancel.is_set():
-                metrics.finish_reason = "cancelled"
-                yield Delta(finish_reason="cancelled", metrics=metrics)
-                return
-            if time.perf_counter() >= next_beat:
-                # Say once why nothing happens, then beat every 0.25 s so the UI can notice Stop meanwhile.
-                first = next_beat == started + _WAIT_NOTICE_AFTER_S
-                next_beat += 0.25
-                notice = "Waiting for another session's answer to finish..." if first else None
-                yield Delta(notice=notice, metrics=metrics)
+    def engine_request(self, prompt: PreparedPrompt, cancel: threading.Event) -> EngineRequest:
+        return _Generation(self, prompt, cancel)
+
+    def engine_error(self, error: BaseException) -> ClientError:
+        return ClientError(f"Generation failed: {error}")
+
+    def _logits_processors(self, grammar: str | None) -> list[Any]:
+        if grammar is None:
+            return []
         try:
-            yield from self._generate_locked(messages, params, cancel, metrics, started, tools)
-        finally:
-            self._lock.release()
+            return list(self._constrained.logits_processors(grammar))
+        except Exception as exc:  # a schema the grammar engine cannot compile
+            raise ClientError(f"Could not build the grammar for this reply: {exc}") from exc
 
-    def _generate_locked(
-        self,
-        messages: list[dict[str, Any]],
-        params: GenerationParams,
-        cancel: threading.Event,
-        metrics: AnswerMetrics,
-        started: float,
-        tools: ToolRequest | None,
-    ) -> Iterator[Delta]:
-        prompt = self.template.prepare(messages, params, tools)
-        max_new_tokens = prompt.max_new_tokens
-        metrics.prompt_tokens = len(prompt.token_ids)
-        metrics.dropped_messages = prompt.dropped_messages
-        if prompt.notice:
-            yield Delta(notice=prompt.notice, metrics=metrics)
-
-        finished = threading.Event()  # set when the consumer goes away: stops generate() too
-        stop_filter = StopStringFilter(prompt.stop_strings)
-        parser, forced = prompt.parser, prompt.forced
-        streamer = IncrementalTextStreamer(self.tokenizer, on_token=lambda n: setattr(metrics, "completion_tokens", n))
-        input_ids = torch.tensor([prompt.token_ids], device=self.model.device)
-        generate_kwargs = self._generate_kwargs(prompt.params, max_new_tokens, len(prompt.token_ids))
-        if forced:
-            try:
-                generate_kwargs["logits_processor"].extend(self._constrained.logits_processors(forced))
-            except Exception as exc:  # a schema the grammar engine cannot compile
-                raise ClientError(f"Could not build the tool-call grammar: {exc}") from exc
-            # Once the call is complete the grammar allows only stop tokens: they must not be suppressed too,
-            # or every token would be masked.
-            suppressed = self.model.generation_config.suppress_tokens or []
-            generate_kwargs["suppress_tokens"] = [t for t in suppressed if t not in self.stop_token_ids] or None
-        generate_kwargs.update(
-            input_ids=input_ids,
-            attention_mask=torch.ones_like(input_ids),
-            streamer=streamer,
-            stopping_criteria=StoppingCriteriaList([CancelCriteria(cancel, finished)]),
-        )
-        failure: list[BaseException] = []
-
-        def run() -> None:
-            try:
-                with torch.inference_mode():
-                    self.model.generate(**generate_kwargs)
-            except BaseException as exc:  # reported to the consumer, never lost in the thread
-                failure.append(exc)
-                streamer.end()
-
-        if params.seed is not None:
-            torch.manual_seed(params.seed)
-        job = self._generation_thread.submit(run)
-        read_to_end = False
-        calls: list[ToolCall] = []
-        try:
-            for chunk in streamer:
-                if metrics.time_to_first_token_s is None:
-                    metrics.time_to_first_token_s = time.perf_counter() - started
-                visible = stop_filter.feed(chunk)
-                if parser is not None and visible:
-                    visible = parser.feed(visible)
-                if visible:
-                    yield Delta(text=visible, metrics=metrics)
-                if stop_filter.stopped:
-                    # Our own text-level match (transformers' stop_strings criterion also fires on a token
-                    # that merely ends with the start of a stop string); generate() ends at the next token.
-                    finished.set()
-            tail = stop_filter.flush()
-            if parser is not None:
-                tail = parser.feed(tail) + parser.finish()[0]
-                calls = parser.calls
-            if tail:
-                yield Delta(text=tail, metrics=metrics)
-            read_to_end = True
-        finally:
-            finished.set()
-            job.result()  # run() swallows its own exceptions, so this only waits for generate() to return
-            cancelled = cancel.is_set() or not read_to_end
-            self._finish_metrics(metrics, streamer, stop_filter, cancelled, max_new_tokens, started)
-        if failure:
-            raise ClientError(f"Generation failed: {failure[0]}") from failure[0]
-        prompt.check_forced_call(calls, metrics.finish_reason)
-        if calls:
-            metrics.finish_reason = "tool_calls"
-        yield Delta(finish_reason=metrics.finish_reason, metrics=metrics, tool_calls=list(calls))
-
-    def _generate_kwargs(self, params: GenerationParams, max_new_tokens: int, prompt_length: int) -> dict[str, Any]:
-        processors = LogitsProcessorList()
+    def generate_kwargs(self, prompt: PreparedPrompt) -> dict[str, Any]:
+        """generate()'s settings for `prompt`, short of the streamer and the stopping criteria."""
+        params, max_new_tokens, prompt_length = prompt.params, prompt.max_new_tokens, len(prompt.token_ids)
+        processors = LogitsProcessorList(self._logits_processors(prompt.grammar))
         if params.repetition_penalty != 1.0:
             # On the answer's own tokens only. transformers' default counts the prompt's too, which keeps a model
             # from quoting a tool result: SmolLM2 at 1.1 answered "17 × 23 ≡ 45" after the calculator said 391.
@@ -273,31 +204,65 @@ class HFClient(LocalTemplateClient):
             kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=params.top_k)
         if params.ignore_eos:
             kwargs["min_new_tokens"] = max_new_tokens
+        if prompt.grammar is not None:
+            # Once the grammar is complete it allows only stop tokens: they must not be suppressed too, or every
+            # token would be masked.
+            suppressed = self.model.generation_config.suppress_tokens or []
+            kwargs["suppress_tokens"] = [t for t in suppressed if t not in self.stop_token_ids] or None
+        input_ids = torch.tensor([prompt.token_ids], device=self.model.device)
+        kwargs.update(input_ids=input_ids, attention_mask=torch.ones_like(input_ids))
         return kwargs
 
-    def _finish_metrics(
-        self,
-        metrics: AnswerMetrics,
-        streamer: IncrementalTextStreamer,
-        stop_filter: StopStringFilter,
-        cancelled: bool,
-        max_new_tokens: int,
-        started: float,
-    ) -> None:
-        metrics.completion_tokens = streamer.completion_tokens
-        metrics.record_timing(started, streamer.first_token_time, streamer.last_token_time)
-        if stop_filter.stopped or streamer.last_token_id in self.stop_token_ids:
-            metrics.finish_reason = "stop"
-        elif metrics.completion_tokens >= max_new_tokens:
-            metrics.finish_reason = "length"
-        elif cancelled:
-            metrics.finish_reason = "cancelled"
-        else:
-            metrics.finish_reason = "stop"
-
     def close(self) -> None:
-        with self._lock:
-            self._generation_thread.shutdown(wait=True)
-            self.model = None  # type: ignore[assignment]
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
+        self.queue.shutdown()
+        self.model = None  # type: ignore[assignment]
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+class _Generation:
+    """One generate() call on the client's generation thread, queued behind the answers of other sessions."""
+
+    def __init__(self, client: HFClient, prompt: PreparedPrompt, cancel: threading.Event) -> None:
+        self.client, self.prompt, self.cancel = client, prompt, cancel
+        self.kwargs = client.generate_kwargs(prompt)  # here, so that a grammar error reaches the caller at once
+        self.aborted = threading.Event()
+        self.job: Future[None] | None = None
+
+    def start(self, feed: EngineFeed) -> None:
+        if self.client.queue.busy():
+            feed.put(EngineOutput(notice="Waiting for another session's answer to finish..."))
+        self.job = self.client.queue.submit(self._run, feed)
+
+    def abort(self) -> None:
+        self.aborted.set()  # a running generate() ends at its next token
+        if self.job is not None:
+            self.job.cancel()  # one still queued never starts
+
+    def _run(self, feed: EngineFeed) -> None:
+        try:
+            if self.aborted.is_set() or self.cancel.is_set():
+                return
+            streamer = IncrementalTextStreamer(
+                self.client.tokenizer, lambda text, tokens: feed.put(EngineOutput(text=text, tokens=tokens))
+            )
+            if self.prompt.params.seed is not None:
+                torch.manual_seed(self.prompt.params.seed)
+            with torch.inference_mode():
+                self.client.model.generate(
+                    **self.kwargs, streamer=streamer,
+                    stopping_criteria=StoppingCriteriaList([CancelCriteria(self.cancel, self.aborted)]),
+                )
+            feed.put(EngineOutput(finish_reason=self._finish_reason(streamer)))
+        except BaseException as exc:  # reported to the consumer, never lost in the thread
+            feed.fail(exc)
+        finally:
+            feed.close()
+
+    def _finish_reason(self, streamer: IncrementalTextStreamer) -> str | None:
+        """generate() does not say why it stopped: a stop token, the token limit, or (None) Stop."""
+        if streamer.last_token_id in self.client.stop_token_ids:
+            return "stop"
+        if streamer.completion_tokens >= self.prompt.max_new_tokens:
+            return "length"
+        return None

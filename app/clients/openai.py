@@ -1,15 +1,13 @@
 """OpenAI-compatible API backend (vLLM's server, our own server, llama.cpp, OpenAI...) through the official SDK.
 
-The server applies the chat template and parses tool calls, so this client sends OpenAI messages and tools as
-they are and accumulates streamed `tool_calls` deltas by index. The HTTP stream is read on a helper thread so
-the caller gets a heartbeat every 0.25 s and Stop works even while the server is silent; closing the stream
-makes the server abort the request.
+The server applies the chat template, stop strings and the response format, and parses tool calls, so this client
+sends OpenAI messages, tools and settings as they are; the shared streaming helper (app/clients/streaming.py)
+does the rest, as for every backend. The HTTP stream is read on a helper thread so Stop works even while the
+server is silent; closing the stream makes the server abort the request.
 """
 
 from __future__ import annotations
 
-import json
-import queue
 import threading
 import time
 from collections.abc import Iterator
@@ -17,14 +15,14 @@ from typing import Any
 
 import httpx
 import openai
+from openai.types.chat import ChatCompletionChunk
 
-from app.clients.base import ClientError, Delta, GenerationParams, ToolRequest
+from app.chat_format import ResponseProcessor
+from app.clients.base import Capabilities, ClientError, Delta, GenerationParams, ResponseFormat, ToolRequest
+from app.clients.streaming import EngineFeed, EngineOutput, stream_engine
 from app.config import ModelSettings
-from app.conversation import AnswerMetrics, ToolCall
+from app.conversation import AnswerMetrics, CallFragment
 from app.generation_defaults import generation_defaults
-
-_HEARTBEAT_S = 0.25
-_DONE = object()
 
 
 def _friendly(exc: Exception, base_url: str, model: str) -> ClientError:
@@ -48,8 +46,6 @@ def _friendly(exc: Exception, base_url: str, model: str) -> ClientError:
 
 class OpenAIClient:
     backend = "openai"
-    dialect_name = None  # the server parses calls
-    native_tools = True
 
     def __init__(self, settings: ModelSettings) -> None:
         self.settings = settings
@@ -71,22 +67,32 @@ class OpenAIClient:
                               f"{', '.join(self.models)}.")
         # The server's model folder is out of sight: its name can still match a model card's recommendation.
         self.generation_defaults = generation_defaults(self.model)
+        self.capabilities = Capabilities(model_id=self.model, native_tools=True, dialect=None,
+                                         context_window=self._context_window())
         # vLLM-style servers take top_k and repetition_penalty; OpenAI's own API rejects unknown fields.
         self._extra_sampling = "api.openai.com" not in self.base_url
 
     def list_models(self) -> list[str]:
         try:
-            return [model.id for model in self.sdk.models.list()]
+            self._listed = list(self.sdk.models.list())
+            return [model.id for model in self._listed]
         except openai.NotFoundError:
             return []  # some servers have no /models; the user then names the model
         except Exception as exc:
             raise _friendly(exc, self.base_url, self.settings.api_model) from exc
 
+    def _context_window(self) -> int | None:
+        """vLLM's /models says each model's max_model_len (an extra field); other servers do not."""
+        for model in getattr(self, "_listed", []):
+            if model.id == self.model and isinstance((model.model_extra or {}).get("max_model_len"), int):
+                return model.model_extra["max_model_len"]
+        return None
+
     def describe(self) -> str:
         return f"OpenAI-compatible API · {self.model} · {self.base_url}"
 
-    def _request(self, messages: list[dict[str, Any]], params: GenerationParams,
-                 tools: ToolRequest | None) -> dict[str, Any]:
+    def _request(self, messages: list[dict[str, Any]], params: GenerationParams, tools: ToolRequest | None,
+                 response_format: ResponseFormat | None) -> dict[str, Any]:
         request: dict[str, Any] = {
             "model": self.model,
             "messages": messages,
@@ -112,6 +118,8 @@ class OpenAIClient:
             choice = tools.choice
             request["tool_choice"] = (choice if choice in ("auto", "none", "required")
                                       else {"type": "function", "function": {"name": choice}})
+        if response_format is not None and response_format.constrained:
+            request["response_format"] = response_format.to_openai()
         return request
 
     def stream(
@@ -120,113 +128,61 @@ class OpenAIClient:
         params: GenerationParams,
         cancel: threading.Event,
         tools: ToolRequest | None = None,
+        response_format: ResponseFormat | None = None,
     ) -> Iterator[Delta]:
-        metrics = AnswerMetrics()
         started = time.perf_counter()
-        try:
-            response = self.sdk.chat.completions.create(**self._request(messages, params, tools))
-        except Exception as exc:
-            raise _friendly(exc, self.base_url, self.model) from exc
-        chunks: queue.Queue[Any] = queue.Queue()
-
-        def read() -> None:
-            try:
-                for chunk in response:
-                    chunks.put(chunk)
-            except Exception as exc:  # reported to the consumer, never lost in the thread
-                chunks.put(exc)
-            finally:
-                chunks.put(_DONE)
-
-        threading.Thread(target=read, name="openai-stream", daemon=True).start()
-        calls: dict[int, dict[str, str]] = {}
-        finish_reason: str | None = None
-        first = last = None
-        finished = False
-        try:
-            while True:
-                if cancel.is_set():
-                    break
-                try:
-                    item = chunks.get(timeout=_HEARTBEAT_S)
-                except queue.Empty:
-                    yield Delta(metrics=metrics)  # heartbeat: lets the UI notice Stop
-                    continue
-                if item is _DONE:
-                    finished = True
-                    break
-                if isinstance(item, Exception):
-                    if cancel.is_set():
-                        break
-                    raise _friendly(item, self.base_url, self.model) from item
-                if item.usage is not None:
-                    metrics.prompt_tokens = item.usage.prompt_tokens or 0
-                    metrics.completion_tokens = item.usage.completion_tokens or 0
-                for choice in item.choices:
-                    now = time.perf_counter()
-                    delta = choice.delta
-                    if delta.content or delta.tool_calls:
-                        first = first or now
-                        last = now
-                        if metrics.time_to_first_token_s is None:
-                            metrics.time_to_first_token_s = now - started
-                    for call in delta.tool_calls or []:
-                        slot = calls.setdefault(call.index, {"id": "", "name": "", "arguments": ""})
-                        slot["id"] = call.id or slot["id"]
-                        if call.function is not None:
-                            slot["name"] += call.function.name or ""
-                            slot["arguments"] += call.function.arguments or ""
-                    if choice.finish_reason:
-                        finish_reason = choice.finish_reason
-                    if delta.content:
-                        yield Delta(text=delta.content, metrics=metrics)
-        finally:
-            response.close()  # on Stop or a closed consumer this drops the connection: the server aborts
-        metrics.record_timing(started, first, last)
-        tool_calls, notice = _decode_calls(calls, tools)
-        if notice:
-            yield Delta(notice=notice, metrics=metrics)
-        if not finished or cancel.is_set():
-            metrics.finish_reason = "cancelled"
-        elif tool_calls:
-            metrics.finish_reason = "tool_calls"
-        else:
-            metrics.finish_reason = "length" if finish_reason == "length" else "stop"
-        yield Delta(finish_reason=metrics.finish_reason, metrics=metrics, tool_calls=tool_calls)
+        request = self._request(messages, params, tools, response_format)
+        # The server cuts stop strings and parses calls; the processor puts the streamed calls together.
+        processor = ResponseProcessor(native_tools=list(tools.tools) if tools else [])
+        yield from stream_engine(_HTTPStream(self.sdk, request), processor, cancel, AnswerMetrics(),
+                                 lambda exc: _friendly(exc, self.base_url, self.model), started)
 
     def close(self) -> None:
         self.sdk.close()
 
 
-def _wrap_lone_argument(arguments: Any, name: str, tools: ToolRequest | None) -> Any:
-    """vLLM 0.32's forced calls (and some small models) send a one-parameter tool's value bare ("Paris" instead of
-    {"city": "Paris"}); for a tool with exactly one parameter that is unambiguous, so it is wrapped."""
-    if isinstance(arguments, dict) or tools is None:
-        return arguments
-    for tool in tools.tools:
-        properties = tool["function"].get("parameters", {}).get("properties", {})
-        if tool["function"]["name"] == name and len(properties) == 1:
-            return {next(iter(properties)): arguments}
-    return arguments
+class _HTTPStream:
+    """One streamed chat completion, read on a helper thread so the caller can beat and stop while the server is
+    silent; closing the response drops the connection, which makes the server abort the request."""
 
+    def __init__(self, sdk: openai.OpenAI, request: dict[str, Any]) -> None:
+        self.sdk, self.request = sdk, request
+        self.aborted = threading.Event()
+        self.response: Any = None
 
-def _decode_calls(calls: dict[int, dict[str, str]], tools: ToolRequest | None) -> tuple[list[ToolCall], str | None]:
-    decoded: list[ToolCall] = []
-    problems: list[str] = []
-    for index in sorted(calls):
-        slot = calls[index]
+    def start(self, feed: EngineFeed) -> None:
+        threading.Thread(target=self._read, args=(feed,), name="openai-stream", daemon=True).start()
+
+    def abort(self) -> None:
+        self.aborted.set()
+        if self.response is not None:
+            self.response.close()
+
+    def _read(self, feed: EngineFeed) -> None:
         try:
-            arguments = json.loads(slot["arguments"] or "{}")
-        except json.JSONDecodeError:
-            problems.append(f"{slot['name'] or 'a tool'} (arguments are not valid JSON)")
-            continue
-        arguments = _wrap_lone_argument(arguments, slot["name"], tools)
-        if not slot["name"] or not isinstance(arguments, dict):
-            problems.append(f"{slot['name'] or 'a call without a name'} (not a function call)")
-            continue
-        call = ToolCall(name=slot["name"], arguments=arguments)
-        if slot["id"]:
-            call.id = slot["id"]
-        decoded.append(call)
-    notice = f"The server sent tool calls that could not be used: {', '.join(problems)}." if problems else None
-    return decoded, notice
+            self.response = self.sdk.chat.completions.create(**self.request)
+            if self.aborted.is_set():  # Stop came while the server was still answering the headers
+                self.response.close()
+                return
+            for chunk in self.response:
+                feed.put(_engine_output(chunk))
+        except Exception as exc:  # reported to the consumer, never lost in the thread
+            if not self.aborted.is_set():
+                feed.fail(exc)
+        finally:
+            feed.close()
+
+
+def _engine_output(chunk: ChatCompletionChunk) -> EngineOutput:
+    output = EngineOutput()
+    if chunk.usage is not None:
+        output.usage = (chunk.usage.prompt_tokens or 0, chunk.usage.completion_tokens or 0)
+    for choice in chunk.choices:
+        output.text += choice.delta.content or ""
+        for call in choice.delta.tool_calls or []:
+            function = call.function
+            output.call_fragments.append(CallFragment(
+                call.index, (function.arguments if function else None) or "", call.id or None,
+                (function.name if function else None) or None))
+        output.finish_reason = choice.finish_reason or output.finish_reason
+    return output

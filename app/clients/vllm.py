@@ -1,32 +1,26 @@
 """vLLM backend, in process: one AsyncLLM (V1 engine) owned by a background thread running its own event loop.
 
 Streamlit reruns never touch that loop: each request is a coroutine submitted to it, whose outputs (DELTA kind:
-only the new text) come back through a queue. Every request has its own id, so concurrent sessions are batched
-by vLLM and never mixed; Stop or a closed consumer aborts the request in the engine. Prompts, stop tokens, the
-tool-call parser and the forced-call grammar come from the same ChatTemplate the transformers backend uses; the
-grammar reaches vLLM's structured outputs as EBNF.
+only the new text) go to the shared streaming helper (app/clients/streaming.py). Every request has its own id,
+so concurrent sessions are batched by vLLM and never mixed; Stop or a closed consumer aborts the request in the
+engine. Prompts, stop tokens, the reply's parser and its grammar (forced calls, response formats) come from the
+same ChatTemplate the transformers backend uses; the grammar reaches vLLM's structured outputs as EBNF.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import queue
 import threading
-import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
-from app.clients.base import ClientError, Delta, GenerationParams, ToolRequest
-from app.clients.chat_template import ChatTemplate, LocalTemplateClient
+from app.clients.base import ClientError
+from app.clients.chat_template import ChatTemplate, LocalTemplateClient, PreparedPrompt
+from app.clients.streaming import EngineFeed, EngineOutput, EngineRequest
 from app.config import ModelSettings, offline_by_default
-from app.conversation import AnswerMetrics, ToolCall
-from app.dialects.constraint import call_ebnf
 
 log = logging.getLogger(__name__)
-_HEARTBEAT_S = 0.25
-_DONE = object()
 
 
 def _import_vllm() -> Any:
@@ -86,9 +80,9 @@ class VLLMClient(LocalTemplateClient):
             enforce_eager=options.enforce_eager,
             quantization=options.quantization or None,
         )
-        self._loop = asyncio.new_event_loop()
-        self._loop_thread = threading.Thread(target=self._loop.run_forever, name="vllm-loop", daemon=True)
-        self._loop_thread.start()
+        self.loop = asyncio.new_event_loop()
+        self.loop_thread = threading.Thread(target=self.loop.run_forever, name="vllm-loop", daemon=True)
+        self.loop_thread.start()
         try:
             self.engine = self._run(self._start(async_llm_cls), timeout=900)
         except Exception as exc:
@@ -99,7 +93,7 @@ class VLLMClient(LocalTemplateClient):
         return async_llm_cls.from_engine_args(self.engine_args)
 
     def _run(self, coroutine: Any, timeout: float | None = None) -> Any:
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout)
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
 
     def describe(self) -> str:
         config = self.engine.model_config
@@ -109,14 +103,15 @@ class VLLMClient(LocalTemplateClient):
             parallel = f" · TP {options.tensor_parallel_size} × PP {options.pipeline_parallel_size}"
         return f"vLLM · {self.model_path.name} · {config.dtype}{parallel} · context {self.context_window}"
 
-    def _sampling(self, params: GenerationParams, max_tokens: int, stop: tuple[str, ...], grammar: str | None) -> Any:
+    def sampling(self, prompt: PreparedPrompt) -> Any:
+        params, grammar = prompt.params, prompt.grammar
         return self._sampling_cls(
             temperature=params.temperature,
             top_p=1.0 if params.greedy else params.top_p,
             top_k=0 if params.greedy else params.top_k,  # 0: no top-k cut
             repetition_penalty=params.repetition_penalty,
-            max_tokens=max_tokens,
-            stop=list(stop) or None,
+            max_tokens=prompt.max_new_tokens,
+            stop=None,  # the shared streaming helper cuts stop strings for every backend alike
             stop_token_ids=list(self.stop_token_ids),
             seed=params.seed,
             ignore_eos=params.ignore_eos,
@@ -125,86 +120,15 @@ class VLLMClient(LocalTemplateClient):
             structured_outputs=self._structured_cls(grammar=grammar) if grammar else None,
         )
 
-    def stream(
-        self,
-        messages: list[dict[str, Any]],
-        params: GenerationParams,
-        cancel: threading.Event,
-        tools: ToolRequest | None = None,
-    ) -> Iterator[Delta]:
-        metrics = AnswerMetrics()
-        started = time.perf_counter()
-        prompt = self.template.prepare(messages, params, tools)
-        metrics.prompt_tokens = len(prompt.token_ids)
-        metrics.dropped_messages = prompt.dropped_messages
-        if prompt.notice:
-            yield Delta(notice=prompt.notice, metrics=metrics)
-        grammar = call_ebnf(prompt.forced) if prompt.forced else None
-        sampling = self._sampling(prompt.params, prompt.max_new_tokens, prompt.stop_strings, grammar)
-        request_id = f"demo-{uuid.uuid4().hex}"
-        outputs: queue.Queue[Any] = queue.Queue()
+    def engine_request(self, prompt: PreparedPrompt, cancel: threading.Event) -> EngineRequest:
+        return _Request(self, prompt)
 
-        async def produce() -> None:
-            try:
-                async for output in self.engine.generate({"prompt_token_ids": prompt.token_ids}, sampling, request_id):
-                    outputs.put(output)
-            except Exception as exc:  # reported to the consumer, never lost in the loop
-                outputs.put(exc)
-            finally:
-                outputs.put(_DONE)
-
-        asyncio.run_coroutine_threadsafe(produce(), self._loop)
-        parser = prompt.parser
-        finish_reason: str | None = None
-        first = last = None
-        done = False
-        try:
-            while not cancel.is_set():
-                try:
-                    item = outputs.get(timeout=_HEARTBEAT_S)
-                except queue.Empty:
-                    yield Delta(metrics=metrics)  # heartbeat: lets the UI notice Stop
-                    continue
-                if item is _DONE:
-                    done = True
-                    break
-                if isinstance(item, Exception):
-                    raise ClientError(f"vLLM failed: {item}") from item
-                completion = item.outputs[0]
-                now = time.perf_counter()
-                if completion.token_ids:
-                    first = first or now
-                    last = now
-                    metrics.completion_tokens += len(completion.token_ids)
-                    if metrics.time_to_first_token_s is None:
-                        metrics.time_to_first_token_s = now - started
-                finish_reason = completion.finish_reason or finish_reason
-                text = parser.feed(completion.text) if parser is not None and completion.text else completion.text
-                if text:
-                    yield Delta(text=text, metrics=metrics)
-        finally:
-            if not done:  # Stop, a closed consumer or an error: free the engine's slot at once
-                asyncio.run_coroutine_threadsafe(self.engine.abort(request_id), self._loop)
-        calls: list[ToolCall] = []
-        if parser is not None:
-            tail = parser.finish()[0]
-            calls = parser.calls
-            if tail:
-                yield Delta(text=tail, metrics=metrics)
-        metrics.record_timing(started, first, last)
-        if done:
-            prompt.check_forced_call(calls, finish_reason)
-        if not done:
-            metrics.finish_reason = "cancelled"
-        elif calls:
-            metrics.finish_reason = "tool_calls"
-        else:
-            metrics.finish_reason = "length" if finish_reason == "length" else "stop"
-        yield Delta(finish_reason=metrics.finish_reason, metrics=metrics, tool_calls=calls)
+    def engine_error(self, error: BaseException) -> ClientError:
+        return ClientError(f"vLLM failed: {error}")
 
     def _stop_loop(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._loop_thread.join(timeout=10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.loop_thread.join(timeout=10)
 
     def close(self) -> None:
         """Shut the engine (and its processes) down and free its memory."""
@@ -216,3 +140,30 @@ class VLLMClient(LocalTemplateClient):
                 log.debug("vLLM shutdown", exc_info=True)
             self.engine = None
         self._stop_loop()
+
+
+class _Request:
+    """One request on the shared engine: a coroutine on the client's loop that hands vLLM's outputs on."""
+
+    def __init__(self, client: VLLMClient, prompt: PreparedPrompt) -> None:
+        self.client, self.prompt = client, prompt
+        self.sampling = client.sampling(prompt)
+        self.request_id = f"demo-{uuid.uuid4().hex}"  # its own id: concurrent sessions are batched, never mixed
+
+    def start(self, feed: EngineFeed) -> None:
+        asyncio.run_coroutine_threadsafe(self._produce(feed), self.client.loop)
+
+    def abort(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.client.engine.abort(self.request_id), self.client.loop)
+
+    async def _produce(self, feed: EngineFeed) -> None:
+        try:
+            request = {"prompt_token_ids": self.prompt.token_ids}
+            async for output in self.client.engine.generate(request, self.sampling, self.request_id):
+                completion = output.outputs[0]
+                feed.put(EngineOutput(text=completion.text, tokens=len(completion.token_ids),
+                                      finish_reason=completion.finish_reason))
+        except Exception as exc:  # reported to the consumer, never lost in the loop
+            feed.fail(exc)
+        finally:
+            feed.close()

@@ -1,8 +1,9 @@
 """What every tool-call dialect provides, and the parts they share.
 
-A dialect knows three things about a model family: how tools, past calls and tool results go into the prompt
-(`render`), what a call looks like in the model's output (`stream_parser`, which also gives the final parse),
-and the exact text of a call (`constrained_call`, used to force a call with a grammar).
+A dialect knows four things about a model family: which chat templates speak it (`detects`), how tools, past calls
+and tool results go into the prompt (`render`), what a call looks like in the model's output (`stream_parser`,
+which also gives the final parse), and the exact text of a call (`constrained_call`, used to force a call with a
+grammar). Defining a subclass with a `name` registers it in `DIALECTS`.
 """
 
 from __future__ import annotations
@@ -10,11 +11,12 @@ from __future__ import annotations
 import copy
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from app.conversation import ToolCall
+from app.code_blocks import CODE_FENCE_CLOSE, CODE_FENCE_OPEN
+from app.conversation import CallFragment, ToolCall, new_call_id
 
 FALLBACK_TOOLS_INTRO = "You are a helpful, concise assistant."
 
@@ -37,9 +39,6 @@ class ConstrainedCall:
     schema: dict[str, Any]
     suffix: str
     body_argument: str | None = None
-
-
-CODE_FENCE_OPEN, CODE_FENCE_CLOSE = "```python\n", "```"
 
 
 def code_argument(tool: dict[str, Any]) -> str | None:
@@ -79,6 +78,7 @@ class StreamParser(ABC):
         self.tool_names = tuple(tool_names)
         self.calls: list[ToolCall] = []
         self.shown: list[str] = []
+        self._announced = 0  # calls already handed out as fragments
 
     def feed(self, chunk: str) -> str:
         visible = self._feed(chunk)
@@ -90,6 +90,16 @@ class StreamParser(ABC):
         self.shown.append(tail)
         return tail, ParsedResponse(content="".join(self.shown).strip(), tool_calls=self.calls)
 
+    def take_fragments(self) -> list[CallFragment]:
+        """The pieces of calls written since the last time asked. A dialect's calls can only be judged whole (tags
+        and JSON may be cut anywhere, and text that looks like a call may not be one), so by default each call
+        comes whole, name then arguments, as soon as it is complete."""
+        fragments: list[CallFragment] = []
+        while self._announced < len(self.calls):
+            fragments += CallFragment.whole(self._announced, self.calls[self._announced])
+            self._announced += 1
+        return fragments
+
     @abstractmethod
     def _feed(self, chunk: str) -> str: ...
 
@@ -100,16 +110,52 @@ class StreamParser(ABC):
 class ForcedCallParser(StreamParser):
     """Reads a reply whose shape a grammar forced to be one of `calls`: all of it is that call, so it is parsed by
     that exact shape (prefix, JSON arguments or a free-text body, suffix), not by looking for tags, which could
-    also occur inside an argument."""
+    also occur inside an argument. Because the shape is certain, the call streams as it is written: its name once
+    its prefix is complete, then its arguments text (a free-text body as a JSON string, escaped piece by piece)."""
 
     def __init__(self, calls: Sequence[ConstrainedCall]) -> None:
         super().__init__([call.name for call in calls])
         self._calls = list(calls)
         self._text = ""
+        self._chosen: ConstrainedCall | None = None
+        self._id = new_call_id()
+        self._streamed = 0  # characters of the body already sent as argument text
+        self._fragments: list[CallFragment] = []
 
     def _feed(self, chunk: str) -> str:
         self._text += chunk
+        if self._chosen is None:
+            self._choose()
+        if self._chosen is not None:
+            body = self._text[len(self._chosen.prefix) :]
+            # Only what can no longer be the suffix (or, for a body, its trailing newlines) is sure to stay.
+            if self._chosen.body_argument is not None:
+                self._stream_to(body, len(body.rstrip(" \t\r\n`")))
+            else:
+                self._stream_to(body, len(body.rstrip()) - len(self._chosen.suffix))
         return ""
+
+    def _choose(self) -> None:
+        """The call is known once exactly one prefix is complete and no other can still be."""
+        complete = [call for call in self._calls if self._text.startswith(call.prefix)]
+        possible = [call for call in self._calls if call.prefix.startswith(self._text[: len(call.prefix)])]
+        if len(complete) == 1 and len(possible) == 1:
+            self._chosen = complete[0]
+            self._fragments.append(CallFragment(0, id=self._id, name=self._chosen.name))
+            if self._chosen.body_argument is not None:
+                self._fragments.append(CallFragment(0, "{" + json.dumps(self._chosen.body_argument) + ': "'))
+
+    def _stream_to(self, body: str, end: int) -> None:
+        if end > self._streamed:
+            piece = body[self._streamed : end]
+            if self._chosen is not None and self._chosen.body_argument is not None:
+                piece = json.dumps(piece, ensure_ascii=False)[1:-1]  # JSON escapes character by character
+            self._fragments.append(CallFragment(0, piece))
+            self._streamed = end
+
+    def take_fragments(self) -> list[CallFragment]:
+        fragments, self._fragments = self._fragments, []
+        return fragments
 
     def _finish(self) -> str:
         text = self._text.rstrip()
@@ -118,22 +164,44 @@ class ForcedCallParser(StreamParser):
                 continue
             middle = text[len(call.prefix) : len(text) - len(call.suffix)]
             if call.body_argument is not None:
-                self.calls.append(ToolCall(name=call.name, arguments={call.body_argument: middle.rstrip("\n")}))
+                code = middle.rstrip("\n")
+                self._stream_to(code, len(code))
+                self._fragments.append(CallFragment(0, '"}'))
+                self.calls.append(ToolCall(name=call.name, arguments={call.body_argument: code}, id=self._id))
                 return ""
             try:
                 arguments = json.loads(middle)
             except json.JSONDecodeError:
                 continue
             if isinstance(arguments, dict):
-                self.calls.append(ToolCall(name=call.name, arguments=arguments))
+                self._stream_to(middle, len(middle))
+                self.calls.append(ToolCall(name=call.name, arguments=arguments, id=self._id))
                 return ""
-        return self._text  # cut short (max new tokens): not a call
+        # Cut short (max new tokens, Stop): no call. What was written of it goes out as fragments, not as text.
+        if self._chosen is not None:
+            body = self._text[len(self._chosen.prefix) :]
+            self._stream_to(body, len(body))
+        return ""
 
 
 class Dialect(ABC):
-    name: str
-    label: str
+    name: ClassVar[str]  # defining it registers the class (a shared intermediate base defines none)
+    label: ClassVar[str]
+    order: ClassVar[int] = 100  # place in DIALECTS, the list the UI offers
+    # Detection tries higher first: a template may also contain a more generic marker of another family.
+    detection_priority: ClassVar[int] = 0
     stop_strings: tuple[str, ...] = ()  # end a reply after a call (e.g. GLM-4's <|observation|>)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__:
+            DIALECTS.register(cls)
+
+    @classmethod
+    def detects(cls, chat_template: str) -> bool:
+        """Whether `chat_template` contains a marker only this family's templates have (none by default: such a
+        dialect is chosen by name only)."""
+        return False
 
     @abstractmethod
     def stream_parser(self, tool_names: Sequence[str]) -> StreamParser: ...
@@ -215,6 +283,47 @@ class Dialect(ABC):
             else:
                 out.append(message)
         return RenderedPrompt(out, None)
+
+
+class DialectRegistry(Mapping[str, Dialect]):
+    """Every registered dialect by name, in `order`, each as one shared instance."""
+
+    def __init__(self) -> None:
+        self._classes: dict[str, type[Dialect]] = {}
+        self._instances: dict[str, Dialect] = {}
+
+    def register(self, cls: type[Dialect]) -> None:
+        known = self._classes.get(cls.name)
+        if known is not None and _qualified_name(known) != _qualified_name(cls):
+            raise ValueError(f"tool-call dialect {cls.name!r} is defined twice: by {_qualified_name(known)} "
+                             f"and by {_qualified_name(cls)}")
+        self._classes[cls.name] = cls  # the same class again is its module reloaded: the new one replaces it
+        self._instances.pop(cls.name, None)
+        self._classes = dict(sorted(self._classes.items(), key=lambda item: item[1].order))
+
+    def unregister(self, name: str) -> None:
+        del self._classes[name]
+        self._instances.pop(name, None)
+
+    def __getitem__(self, name: str) -> Dialect:
+        # Instantiated on first use, not on registration: __init_subclass__ runs before ABCMeta has marked the
+        # class abstract, so a dialect missing a method would be instantiated there without complaint.
+        if name not in self._instances:
+            self._instances[name] = self._classes[name]()
+        return self._instances[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._classes)
+
+    def __len__(self) -> int:
+        return len(self._classes)
+
+
+def _qualified_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+DIALECTS = DialectRegistry()
 
 
 def _with_dict_arguments(message: dict[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Forcing a tool call with a grammar (tool_choice "required" or a named tool).
+"""Forcing a tool call (tool_choice "required" or a named tool) or a JSON answer (response_format) with a grammar.
 
 The grammar is built with xgrammar from the dialect's exact call text: literal prefix, the tool's JSON Schema,
 literal suffix, one alternative per allowed tool. `ebnf()` gives the same grammar as text, which is what vLLM's
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any
 
 import xgrammar as xgr
 
@@ -29,12 +30,21 @@ _DIGIT_CAPS = (("[0-9]*", "[0-9]{0, 15}"), ("basic_number_digits{1, -1}", "basic
 _FREE_TEXT_WITHOUT_FENCE = 'root ::= ([^`] | "`" [^`] | "``" [^`])*'
 
 
-def call_grammar(calls: Sequence[ConstrainedCall]) -> xgr.Grammar:
-    return xgr.Grammar.from_ebnf(call_ebnf(calls))
-
-
 def call_ebnf(calls: Sequence[ConstrainedCall]) -> str:
-    text = str(_unbounded_call_grammar(calls))
+    return _capped(_unbounded_call_grammar(calls))
+
+
+def reply_ebnf(calls: Sequence[ConstrainedCall], json_schema: dict[str, Any] | None) -> str:
+    """A reply that is JSON (valid against `json_schema`; any JSON object without one) or one of `calls`."""
+    if json_schema is None:  # OpenAI's json_object: any object, whatever its keys
+        answer = xgr.Grammar.from_json_schema(json.dumps({"type": "object"}), any_whitespace=False, strict_mode=False)
+    else:
+        answer = xgr.Grammar.from_json_schema(json.dumps(json_schema), any_whitespace=False, strict_mode=True)
+    return _capped(xgr.Grammar.union(answer, _unbounded_call_grammar(calls)) if calls else answer)
+
+
+def _capped(grammar: xgr.Grammar) -> str:
+    text = str(grammar)
     for unbounded, capped in _DIGIT_CAPS:
         text = text.replace(unbounded, capped)
     return text

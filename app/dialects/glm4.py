@@ -8,6 +8,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from app.code_blocks import strip_code_fence
 from app.conversation import ToolCall
 from app.dialects.base import ConstrainedCall, Dialect, RenderedPrompt, StreamParser
 
@@ -15,8 +16,6 @@ OBSERVATION = "<|observation|>"
 
 
 def _python_body(body: str) -> tuple[str, dict[str, Any]] | None:
-    from app.tools.python import strip_code_fence
-
     code = strip_code_fence(body.strip())
     return ("python", {"code": code}) if code.strip() else None
 
@@ -109,7 +108,13 @@ class GLM4Parser(StreamParser):
 class GLM4Dialect(Dialect):
     name = "glm4"
     label = "GLM-4 (name + JSON, observation role)"
+    order = 1
+    detection_priority = 1  # before Llama 3.1, whose test is looser
     stop_strings = (OBSERVATION,)
+
+    @classmethod
+    def detects(cls, chat_template: str) -> bool:
+        return OBSERVATION in chat_template
 
     def stream_parser(self, tool_names: Sequence[str]) -> StreamParser:
         return GLM4Parser(tool_names)

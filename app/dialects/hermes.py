@@ -75,6 +75,12 @@ class HermesParser(StreamParser):
 class HermesDialect(Dialect):
     name = "hermes"
     label = "Hermes / Qwen (<tool_call> tags)"
+    order = 0
+    detection_priority = -1  # tried last: GLM-4.5's template writes <tool_call> too, next to <|observation|>
+
+    @classmethod
+    def detects(cls, chat_template: str) -> bool:
+        return OPEN in chat_template
 
     def stream_parser(self, tool_names: Sequence[str]) -> StreamParser:
         return HermesParser(tool_names)

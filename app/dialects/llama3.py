@@ -69,7 +69,13 @@ class Llama3Parser(StreamParser):
 class Llama3JsonDialect(Dialect):
     name = "llama3_json"
     label = "Llama 3.1 JSON ({name, parameters})"
+    order = 2
     stop_strings = ("<|eom_id|>",)  # ends a <|python_tag|> call turn
+
+    @classmethod
+    def detects(cls, chat_template: str) -> bool:
+        # Not every Llama 3 template writes <|python_tag|>; one that describes the JSON call says "parameters".
+        return PYTHON_TAG in chat_template or ("<|start_header_id|>" in chat_template and "parameters" in chat_template)
 
     def stream_parser(self, tool_names: Sequence[str]) -> StreamParser:
         return Llama3Parser(tool_names)

@@ -6,13 +6,13 @@ citation into a link to the source. Fetching goes through the SSRF guard on ever
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from urllib.parse import urljoin
 
 import httpx
 
+from app.config import BrowserSettings
 from app.tools.documents import DocumentError, decode_text, extract_text
 from app.tools.net_guard import check_url
 from app.tools.registry import ToolError
@@ -71,7 +71,8 @@ class WebBrowser:
         """
         if not query.strip():
             raise ToolError("the search query is empty.")
-        results = _searxng(query, recency_days) if os.environ.get("DEMO_SEARXNG_URL") else _ddgs(query, recency_days)
+        searxng_url = BrowserSettings.from_env().searxng_url
+        results = _searxng(searxng_url, query, recency_days) if searxng_url else _ddgs(query, recency_days)
         if not results:
             return f"No results for {query!r}."
         lines = []
@@ -189,8 +190,8 @@ def _ddgs(query: str, recency_days: int | None) -> list[tuple[str, str, str]]:
     return [(h.get("title", ""), h.get("href", ""), h.get("body", "")) for h in hits if h.get("href")]
 
 
-def _searxng(query: str, recency_days: int | None) -> list[tuple[str, str, str]]:
-    base = os.environ["DEMO_SEARXNG_URL"].rstrip("/")
+def _searxng(searxng_url: str, query: str, recency_days: int | None) -> list[tuple[str, str, str]]:
+    base = searxng_url.rstrip("/")
     params = {"q": query, "format": "json"}
     time_range = {"d": "day", "w": "week", "m": "month", "y": "year"}.get(_timelimit(recency_days) or "")
     if time_range:

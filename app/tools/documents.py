@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import io
-import os
 from pathlib import PurePath
 
 from charset_normalizer import from_bytes
 
+from app.config import DocumentSettings
 from app.conversation import Attachment
 
 MAX_UPLOAD_BYTES = 20 * 1024 * 1024
@@ -20,11 +20,6 @@ UPLOAD_TYPES = sorted({"pdf", "docx", "pptx", *(suffix.lstrip(".") for suffix in
 
 class DocumentError(ValueError):
     """A file that cannot be read; the message says why and what to do."""
-
-
-def max_document_chars() -> int:
-    """How much of one document goes into the conversation (the rest stays in the file, for Python)."""
-    return int(os.environ.get("DEMO_DOCUMENT_MAX_CHARS", "12000") or 12000)
 
 
 def extract_text(name: str, data: bytes) -> str:
@@ -117,7 +112,7 @@ def document_attachment(name: str, data: bytes) -> Attachment:
     text = extract_text(name, data).strip()
     if not text:
         raise DocumentError(f"{name} contains no text.")
-    limit = max_document_chars()
+    limit = DocumentSettings.from_env().max_chars
     note = ""
     if len(text) > limit:
         note = f"cut to the first {limit:,} of {len(text):,} characters to fit the context; the whole file is in " \

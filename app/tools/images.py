@@ -6,11 +6,11 @@ DEMO_IMAGE_API_KEY and DEMO_IMAGE_MODEL (e.g. cogview-4, dall-e-3); without a UR
 from __future__ import annotations
 
 import base64
-import os
 from dataclasses import dataclass
 
 import httpx
 
+from app.config import ImageApiSettings
 from app.conversation import Attachment
 from app.tools.registry import ToolError, ToolOutput
 
@@ -27,15 +27,12 @@ class ImageAPI:
 
     @classmethod
     def from_env(cls) -> ImageAPI | None:
-        url = os.environ.get("DEMO_IMAGE_API_URL", "").strip()
-        if not url:
+        """The API configured in the environment (see ImageApiSettings), or None when no URL is set."""
+        settings = ImageApiSettings.from_env()
+        if not settings.url:
             return None
-        return cls(
-            base_url=url.rstrip("/"),
-            api_key=os.environ.get("DEMO_IMAGE_API_KEY", "").strip(),
-            model=os.environ.get("DEMO_IMAGE_MODEL", "cogview-4").strip(),
-            size=os.environ.get("DEMO_IMAGE_SIZE", "1024x1024").strip(),
-        )
+        return cls(base_url=settings.url.rstrip("/"), api_key=settings.api_key, model=settings.model,
+                   size=settings.size)
 
     def generate_image(self, prompt: str) -> ToolOutput:
         """Draw a picture from a description and show it to the user.

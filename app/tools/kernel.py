@@ -18,7 +18,7 @@ from pathlib import Path
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 
-from app.config import cache_dir
+from app.config import SandboxLimits, cache_dir
 
 log = logging.getLogger(__name__)
 
@@ -27,32 +27,6 @@ _KERNEL_NAME = "composite-demo-sandbox"
 _SANDBOX_SCRIPT = Path(__file__).with_name("sandbox_kernel.py")
 # Variables the kernel keeps from the app's environment; everything else (API keys, tokens...) is dropped.
 _KEPT_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "SYSTEMROOT")
-
-
-@dataclass(frozen=True)
-class SandboxLimits:
-    memory_mb: int = 2048
-    cpu_s: int = 600
-    file_mb: int = 200
-    processes: int = 256
-    cell_timeout_s: float = 30.0
-    idle_shutdown_s: float = 1800.0
-
-    @classmethod
-    def from_env(cls) -> SandboxLimits:
-        def number(name: str, default: float) -> float:
-            raw = os.environ.get(name, "").strip()
-            return float(raw) if raw else default
-
-        base = cls()
-        return cls(
-            memory_mb=int(number("DEMO_KERNEL_MEMORY_MB", base.memory_mb)),
-            cpu_s=int(number("DEMO_KERNEL_CPU_S", base.cpu_s)),
-            file_mb=int(number("DEMO_KERNEL_FILE_MB", base.file_mb)),
-            processes=int(number("DEMO_KERNEL_PROCESSES", base.processes)),
-            cell_timeout_s=number("DEMO_KERNEL_CELL_TIMEOUT_S", base.cell_timeout_s),
-            idle_shutdown_s=number("DEMO_KERNEL_IDLE_S", base.idle_shutdown_s),
-        )
 
 
 @dataclass

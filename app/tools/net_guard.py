@@ -10,10 +10,10 @@ answers differently the second time could still slip through; the allow-list is 
 from __future__ import annotations
 
 import ipaddress
-import os
 import socket
 from urllib.parse import urlsplit
 
+from app.config import BrowserSettings
 from app.tools.registry import ToolError
 
 _CGNAT = ipaddress.ip_network("100.64.0.0/10")
@@ -22,10 +22,7 @@ _CGNAT = ipaddress.ip_network("100.64.0.0/10")
 def _allow_list() -> tuple[set[str], list[ipaddress.IPv4Network | ipaddress.IPv6Network]]:
     hosts: set[str] = set()
     networks = []
-    for item in os.environ.get("DEMO_BROWSER_ALLOW", "").split(","):
-        item = item.strip().lower()
-        if not item:
-            continue
+    for item in BrowserSettings.from_env().allow:
         try:
             networks.append(ipaddress.ip_network(item, strict=False))
         except ValueError:

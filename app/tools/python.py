@@ -2,19 +2,10 @@
 
 from __future__ import annotations
 
-import re
-
+from app.code_blocks import strip_code_fence
 from app.conversation import Attachment
 from app.tools.kernel import KernelSession
 from app.tools.registry import ToolOutput
-
-_FENCE = re.compile(r"^\s*```(?:python|py)?\s*\n(.*?)\n?```\s*$", re.DOTALL)
-
-
-def strip_code_fence(code: str) -> str:
-    """Models often wrap code in a Markdown fence; the kernel wants the code."""
-    match = _FENCE.match(code)
-    return match.group(1) if match else code
 
 
 class PythonTool:

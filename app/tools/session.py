@@ -6,22 +6,17 @@ Streamlit drops the session) shuts the kernel down and deletes the folder.
 
 from __future__ import annotations
 
-import os
 import shutil
-import tempfile
 import uuid
 import weakref
 from pathlib import Path
 
+from app.config import SandboxLimits, sessions_dir
 from app.tools.browser import WebBrowser
 from app.tools.images import ImageAPI
-from app.tools.kernel import KernelSession, SandboxLimits
+from app.tools.kernel import KernelSession
 from app.tools.python import PythonTool
 from app.tools.registry import ToolRegistry
-
-
-def sessions_root() -> Path:
-    return Path(os.environ.get("DEMO_SESSIONS_DIR") or Path(tempfile.gettempdir()) / "composite-demo-sessions")
 
 
 def _cleanup(kernel: KernelSession, folder: Path) -> None:
@@ -31,7 +26,7 @@ def _cleanup(kernel: KernelSession, folder: Path) -> None:
 
 class SessionTools:
     def __init__(self, limits: SandboxLimits | None = None) -> None:
-        self.folder = sessions_root() / uuid.uuid4().hex
+        self.folder = sessions_dir() / uuid.uuid4().hex
         self.folder.mkdir(parents=True, exist_ok=True)
         self.kernel = KernelSession(self.folder, limits)
         self.browser = WebBrowser()

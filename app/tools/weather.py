@@ -6,14 +6,11 @@ and DEMO_WEATHER_FORECAST_URL. Offline, the model gets a clear observation inste
 
 from __future__ import annotations
 
-import os
-
 import httpx
 
+from app.config import WeatherSettings
 from app.tools.registry import ToolError, register_tool
 
-GEOCODING_URL = "https://geocoding-api.open-meteo.com/v1/search"
-FORECAST_URL = "https://api.open-meteo.com/v1/forecast"
 TIMEOUT_S = 5.0
 _CURRENT = "temperature_2m,apparent_temperature,relative_humidity_2m,wind_speed_10m,weather_code"
 # WMO weather interpretation codes, as documented by Open-Meteo.
@@ -37,8 +34,8 @@ def get_weather(city: str) -> str:
     name = city.strip()
     if not name:
         raise ToolError("the city name is empty.")
-    geocoding = os.environ.get("DEMO_WEATHER_GEOCODING_URL", GEOCODING_URL)
-    forecast = os.environ.get("DEMO_WEATHER_FORECAST_URL", FORECAST_URL)
+    endpoints = WeatherSettings.from_env()
+    geocoding, forecast = endpoints.geocoding_url, endpoints.forecast_url
     try:
         with httpx.Client(timeout=TIMEOUT_S, follow_redirects=False) as http:
             places = _get_json(http, geocoding, {"name": name, "count": 1, "format": "json"}).get("results") or []

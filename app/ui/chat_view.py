@@ -93,12 +93,12 @@ def _card_label(call: ToolCall, result: Message | None) -> str:
     if result is None:
         return f"{call.name} · no result"
     took = f" · {result.duration_s:.2f} s" if result.duration_s is not None else ""
-    outcome = {"stopped": " · stopped", "failed": " · failed"}.get(result.error or "", "")
+    outcome = {"stopped": " · stopped", "failed": " · failed"}.get(result.tool_status or "", "")
     return f"{call.name}{took}{outcome}"
 
 
 def _card_state(result: Message | None) -> str:
-    return "complete" if result is not None and result.error is None else "error"
+    return "complete" if result is not None and result.tool_status == "ok" else "error"
 
 
 def _card_body(call: ToolCall, result: Message | None) -> None:

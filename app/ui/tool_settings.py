@@ -40,7 +40,7 @@ def render(client: Client | None, page: str, registry: ToolRegistry | None = Non
             "that one. required and named calls are forced with constrained decoding, so even a small model "
             "produces a valid call; the answer after the call is free.",
         )
-        detected = getattr(client, "dialect_name", None)
+        detected = client.capabilities.dialect if client is not None else None
         dialect = st.selectbox(
             "Tool-call dialect",
             [_AUTO, *DIALECTS],
@@ -55,7 +55,7 @@ def render(client: Client | None, page: str, registry: ToolRegistry | None = Non
             help="Each tool result costs another generation; the last one must answer in words.",
         )
         # A model whose template knows no tools does not call them on its own: after a result it should answer.
-        native = getattr(client, "native_tools", True)
+        native = client.capabilities.native_tools if client is not None else True
         if not native:
             st.caption("This model's chat template knows no tools: after a tool result it answers without tools.")
         st.divider()

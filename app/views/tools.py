@@ -17,7 +17,7 @@ st.title("Tools")
 client = load_client(settings.model)
 tools = tool_settings.render(client, PAGE)
 if client is not None:
-    native = ("the model's chat template" if getattr(client, "native_tools", True)
+    native = ("the model's chat template" if client.capabilities.native_tools
               else "a system prompt (the chat template knows no tools)")
     st.caption(f"{client.describe()} · tools described through {native}")
 
