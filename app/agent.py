@@ -12,11 +12,11 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from app.chat_format import process_input
 from app.clients.base import Client, ClientError, GenerationParams, ToolRequest
-from app.conversation import AnswerMetrics, Conversation, Message, ToolCall
+from app.conversation import AnswerMetrics, CallFragment, Conversation, Message, ToolCall
 from app.tools.registry import ToolRegistry, ToolResult
 
 DEFAULT_MAX_ROUNDS = 4
@@ -36,6 +36,15 @@ class Notice:
 @dataclass
 class Waiting:
     """Nothing new yet (busy backend, running tool); a UI uses this beat to stay responsive to Stop."""
+
+
+@dataclass
+class ToolCallWriting:
+    """The model is writing a tool call: its name and the arguments text so far (JSON, maybe unfinished)."""
+
+    index: int
+    name: str
+    arguments: str
 
 
 @dataclass
@@ -67,7 +76,8 @@ class TurnDone:
     message: Message  # the last assistant message of the turn
 
 
-Event = TextDelta | Notice | Waiting | ToolCallStarted | ToolCallFinished | AnswerDone | TurnError | TurnDone
+Event = (TextDelta | Notice | Waiting | ToolCallWriting | ToolCallStarted | ToolCallFinished | AnswerDone | TurnError
+         | TurnDone)
 
 
 @dataclass(frozen=True)
@@ -125,6 +135,7 @@ def _generate(
     """One generation, streamed; returns the assistant message it appended."""
     answer = Message(role="assistant", metrics=AnswerMetrics())
     parts: list[str] = []
+    writing: dict[int, ToolCallWriting] = {}  # the calls being written, by index
     started = time.perf_counter()
     try:
         messages = process_input(conversation, system_prompt)
@@ -136,6 +147,7 @@ def _generate(
                 if delta.text:
                     parts.append(delta.text)
                     yield TextDelta(delta.text)
+                yield from _write(writing, delta.call_fragments)
                 if delta.tool_calls:
                     answer.tool_calls = list(delta.tool_calls)
                 if delta.is_heartbeat:
@@ -186,6 +198,22 @@ def _run_tool(
         conversation.add(message)
     yield ToolCallFinished(call, result, message)
     return message
+
+
+def _write(writing: dict[int, ToolCallWriting], fragments: list[CallFragment]) -> Iterator[ToolCallWriting]:
+    """Add call pieces to the calls being written (`writing`, by index); snapshots of what changed, a call's name
+    always on its own first."""
+    changed: set[int] = set()
+    for fragment in fragments:
+        call = writing.setdefault(fragment.index, ToolCallWriting(fragment.index, "", ""))
+        if fragment.name:
+            call.name += fragment.name
+            yield replace(call)
+        call.arguments += fragment.arguments
+        if fragment.arguments:
+            changed.add(fragment.index)
+    for index in sorted(changed):
+        yield replace(writing[index])
 
 
 def _check_forced_call(answer: Message, request: ToolRequest | None) -> None:

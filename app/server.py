@@ -23,7 +23,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
-from openai.types.chat import ChatCompletion
+from openai.types import Model
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.chat.chat_completion_chunk import ChoiceDelta
 from sse_starlette import EventSourceResponse
 
@@ -32,7 +33,7 @@ from app.clients.base import Client, ClientError, Delta
 from app.clients.registry import create_client
 from app.config import ModelSettings, ServerSettings, offline_by_default
 from app.server_metrics import ServerMetrics
-from app.server_models import APIError, ChatRequest, ErrorBody, error_response
+from app.server_models import APIError, ChatRequest, ErrorBody, ModelList, error_response
 from app.server_responses import Reply, finish_reason
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
@@ -149,25 +150,42 @@ def create_app(settings: ModelSettings | None = None, client: Client | None = No
     """The API app. Pass `client` to serve an already loaded backend (tests), or `settings` to load one."""
     holder = ModelHolder(settings, client, served_name)
     metrics = ServerMetrics()
+    completions = ChatCompletions(holder, metrics, default_max_tokens)
     app = FastAPI(title="Composite LLM demo API", version="1.0",
                   description="OpenAI-compatible chat completions with tool calls and structured output.")
+    _add_middleware(app, metrics, api_key, cors_origins)
+    _add_error_handlers(app, metrics)
+
+    @app.get("/health", responses={503: {"description": "The model is loading or failed to load."}})
+    async def health() -> JSONResponse:
+        status = "ok" if holder.client else ("error" if holder.error else "loading")
+        body = {"status": status, "model": holder.served_name, "error": holder.error}
+        return JSONResponse(body, status_code=200 if holder.client else 503)
+
+    @app.get("/metrics", response_class=Response,
+             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},
+                              "description": "Prometheus text format."}})
+    async def prometheus_metrics() -> Response:
+        return Response(metrics.exposition(), media_type=metrics.content_type)
+
+    @app.get("/v1/models", response_model=ModelList, responses=_errors(401, 413, 503))
+    async def models() -> ModelList:
+        client = holder.require()
+        return ModelList(data=[Model(id=holder.served_name or "", object="model", created=0, owned_by="composite-demo",
+                                     max_model_len=client.capabilities.context_window)])
+
+    app.post("/v1/chat/completions", response_model=ChatCompletion, response_model_exclude_unset=True,
+             responses={200: {"content": {"text/event-stream": {"schema": {"type": "string"}}},
+                              "description": "The completion, or with stream=true its chunks as Server-Sent Events."},
+                        **_errors(400, 401, 404, 413, 422, 503)})(completions.create)
+    return app
+
+
+def _add_middleware(app: FastAPI, metrics: ServerMetrics, api_key: str | None, cors_origins: list[str] | None) -> None:
     if cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=cors_origins, allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type"], allow_credentials=False)
     app.add_middleware(BodySizeLimit, limit=MAX_BODY_BYTES)
-
-    @app.exception_handler(APIError)
-    async def api_error(_: Request, exc: APIError) -> JSONResponse:
-        metrics.errors.labels(exc.kind).inc()
-        return exc.response()
-
-    @app.exception_handler(RequestValidationError)
-    async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
-        metrics.errors.labels("invalid_request_error").inc()
-        first = exc.errors()[0] if exc.errors() else {}
-        where = ".".join(str(part) for part in first.get("loc", ())[1:])
-        return error_response(422, f"{where}: {first.get('msg', 'invalid request')}" if where else str(exc),
-                              param=where or None)
 
     @app.middleware("http")
     async def check_api_key_and_count(request: Request, call_next: Any) -> Any:
@@ -182,101 +200,98 @@ def create_app(settings: ModelSettings | None = None, client: Client | None = No
         metrics.requests.labels(getattr(route, "path", "unmatched"), str(response.status_code)).inc()
         return response
 
-    @app.get("/health", responses={503: {"description": "The model is loading or failed to load."}})
-    async def health() -> JSONResponse:
-        status = "ok" if holder.client else ("error" if holder.error else "loading")
-        body = {"status": status, "model": holder.served_name, "error": holder.error}
-        return JSONResponse(body, status_code=200 if holder.client else 503)
 
-    @app.get("/metrics", response_class=Response,
-             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},
-                              "description": "Prometheus text format."}})
-    async def prometheus_metrics() -> Response:
-        return Response(metrics.exposition(), media_type=metrics.content_type)
+def _add_error_handlers(app: FastAPI, metrics: ServerMetrics) -> None:
+    @app.exception_handler(APIError)
+    async def api_error(_: Request, exc: APIError) -> JSONResponse:
+        metrics.errors.labels(exc.kind).inc()
+        return exc.response()
 
-    @app.get("/v1/models", responses=_errors(401, 413, 503))
-    async def models() -> dict[str, Any]:
-        holder.require()
-        return {"object": "list", "data": [{"id": holder.served_name, "object": "model", "created": 0,
-                                            "owned_by": "composite-demo"}]}
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        metrics.errors.labels("invalid_request_error").inc()
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(part) for part in first.get("loc", ())[1:])
+        return error_response(422, f"{where}: {first.get('msg', 'invalid request')}" if where else str(exc),
+                              param=where or None)
 
-    @app.post("/v1/chat/completions", response_model=ChatCompletion, response_model_exclude_unset=True,
-              responses={200: {"content": {"text/event-stream": {"schema": {"type": "string"}}},
-                               "description": "The completion, or with stream=true its chunks as Server-Sent "
-                                              "Events."},
-                         **_errors(400, 401, 404, 413, 422, 503)})
-    async def chat(body: ChatRequest) -> Any:
-        client = holder.require()
-        if body.model != holder.served_name:
+
+class ChatCompletions:
+    """POST /v1/chat/completions: the request through the loaded client, answered whole or as an SSE stream."""
+
+    def __init__(self, holder: ModelHolder, metrics: ServerMetrics, default_max_tokens: int) -> None:
+        self.holder, self.metrics, self.default_max_tokens = holder, metrics, default_max_tokens
+
+    async def create(self, body: ChatRequest) -> Any:
+        client = self.holder.require()
+        if body.model != self.holder.served_name:
             raise APIError(404, f"The model {body.model!r} does not exist here; this server serves "
-                                f"{holder.served_name!r}.", param="model", code="model_not_found")
+                                f"{self.holder.served_name!r}.", param="model", code="model_not_found")
         api.check_supported(body)
-        params = api.generation_params(body, client.generation_defaults, default_max_tokens)
+        params = api.generation_params(body, client.generation_defaults, self.default_max_tokens)
         tools, response_format, messages = api.tool_request(body), api.response_format(body), api.messages(body)
         started = time.perf_counter()
         cancel = threading.Event()
         pump = DeltaPump(client.stream(messages, params, cancel, tools, response_format), cancel)
-        metrics.in_progress.inc()
+        self.metrics.in_progress.inc()
         try:
             # The first delta before answering: a request that cannot be served is an HTTP error, not a broken
             # stream.
             first = await pump.next()
         except BaseException:
-            metrics.in_progress.dec()
-            cancel.set()
+            self._done(pump, None, "error", started)
             raise
-        reply = Reply(model=holder.served_name or "")
+        reply = Reply(model=self.holder.served_name or "")
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
-            events = _stream(pump, first, reply, include_usage, metrics, started)
-            return EventSourceResponse(events, sep="\n", ping=15)
+            return EventSourceResponse(self._events(pump, first, reply, include_usage, started), sep="\n", ping=15)
+        ended = "cancelled"
         try:
             item = first
             while item is not None:
                 reply.add(item)
                 item = await pump.next()
+            ended = finish_reason(reply.last)
         finally:
-            cancel.set()
-            metrics.in_progress.dec()
-        completion = reply.completion()
-        metrics.record_answer(reply.metrics, completion.choices[0].finish_reason,
-                              time.perf_counter() - started)
-        return completion
+            self._done(pump, reply, ended, started)
+        return reply.completion()
 
-    return app
+    async def _events(self, pump: DeltaPump, first: Delta | None, reply: Reply, include_usage: bool,
+                      started: float) -> AsyncIterator[dict[str, str]]:
+        """The SSE events of one streamed reply; closing this generator (the client left) cancels the generation."""
+        ended = "cancelled"
+        try:
+            yield _event(reply.chunk(ChoiceDelta(role="assistant", content="")))
+            item = first
+            while item is not None:
+                reply.add(item)
+                for chunk in reply.chunks(item):
+                    yield _event(chunk)
+                try:
+                    item = await pump.next()
+                except APIError as exc:  # the backend failed mid-stream: say so in the stream, as vLLM does
+                    ended = "error"
+                    self.metrics.errors.labels("server_error").inc()
+                    yield {"data": json.dumps({"error": {"message": exc.message, "type": "server_error",
+                                                         "param": None, "code": None}})}
+                    return
+            ended = finish_reason(reply.last)
+            yield _event(reply.chunk(ChoiceDelta(), finish=ended))
+            if include_usage:
+                yield _event(reply.chunk(usage=reply.usage()))
+            yield {"data": "[DONE]"}
+        finally:
+            self._done(pump, reply, ended, started)
+
+    def _done(self, pump: DeltaPump, reply: Reply | None, ended: str, started: float) -> None:
+        pump.cancel.set()  # a no-op after a complete reply; otherwise it stops the generation
+        self.metrics.in_progress.dec()
+        if reply is not None:
+            self.metrics.record_answer(reply.metrics, ended, time.perf_counter() - started)
 
 
-async def _stream(pump: DeltaPump, first: Delta | None, reply: Reply, include_usage: bool, metrics: ServerMetrics,
-                  started: float) -> AsyncIterator[dict[str, str]]:
-    """The SSE events of one streamed reply; closing this generator (the client left) cancels the generation."""
-    def event(chunk: Any) -> dict[str, str]:
-        return {"data": chunk.model_dump_json(exclude_unset=True)}
-
-    ended = "cancelled"
-    try:
-        yield event(reply.chunk(ChoiceDelta(role="assistant", content="")))
-        item = first
-        while item is not None:
-            reply.add(item)
-            for chunk in reply.chunks(item):
-                yield event(chunk)
-            try:
-                item = await pump.next()
-            except APIError as exc:
-                ended = "error"
-                metrics.errors.labels("server_error").inc()
-                error = {"message": exc.message, "type": "server_error", "param": None, "code": None}
-                yield {"data": json.dumps({"error": error})}
-                return
-        ended = finish_reason(reply.last)
-        yield event(reply.chunk(ChoiceDelta(), finish=ended))
-        if include_usage:
-            yield event(reply.chunk(usage=reply.usage()))
-        yield {"data": "[DONE]"}
-    finally:
-        pump.cancel.set()
-        metrics.in_progress.dec()
-        metrics.record_answer(reply.metrics, ended, time.perf_counter() - started)
+def _event(chunk: ChatCompletionChunk) -> dict[str, str]:
+    return {"data": chunk.model_dump_json(exclude_unset=True)}
 
 
 def main() -> None:

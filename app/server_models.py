@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from fastapi.responses import JSONResponse
+from openai.types import Model
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.clients.base import GenerationParams, ResponseFormat, ToolRequest
@@ -43,6 +44,13 @@ class ErrorDetail(BaseModel):
 
 class ErrorBody(BaseModel):
     error: ErrorDetail
+
+
+class ModelList(BaseModel):
+    """GET /v1/models. Each entry also says its context window (max_model_len), as vLLM's server does."""
+
+    object: Literal["list"] = "list"
+    data: list[Model]
 
 
 class FunctionDefinition(BaseModel):

@@ -58,7 +58,7 @@ def start_our_server(client) -> tuple[str, object]:
     import uvicorn
 
     from app.server import create_app
-    from tests.local_http import free_port
+    from harness.local_http import free_port
 
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(create_app(client=client, served_name="bench"), host="127.0.0.1",
@@ -129,7 +129,7 @@ def compare_vllm(args) -> None:
     from app.clients.vllm import VLLMClient
     from app.config import ModelSettings
     from app.embedded_model import ensure_embedded_model
-    from tests.local_http import free_port
+    from harness.local_http import free_port
 
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     model = str(ensure_embedded_model())

@@ -104,8 +104,9 @@ def browser():
 def app_url(smollm2_dir, browser):
     """The app on the embedded SmolLM2, served for a module of browser tests (it needs the browser: no browser,
     no reason to start it)."""
-    from tests.local_http import free_port
-    from tests.processes import ARTIFACTS, server_process
+    from harness.local_http import free_port
+    from harness.processes import server_process
+    from tests.helpers import ARTIFACTS
 
     port = free_port()
     # The local test site is allow-listed for the web tools, as an administrator would do for an intranet.
@@ -160,11 +161,12 @@ def vllm_server(smollm2_dir: Path):
     require_vllm()
     import subprocess
 
-    from tests.local_http import free_port, wait_until_healthy
+    from harness.local_http import free_port, wait_until_healthy
+    from tests.helpers import ARTIFACTS
 
     port = free_port()
-    (ROOT / "test-artifacts").mkdir(exist_ok=True)
-    log = open(ROOT / "test-artifacts" / "vllm-server.log", "w")  # noqa: SIM115 - closed after the server stops
+    ARTIFACTS.mkdir(exist_ok=True)
+    log = open(ARTIFACTS / "vllm-server.log", "w")  # noqa: SIM115 - closed after the server stops
     server = subprocess.Popen(
         ["timeout", "1800", sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(smollm2_dir),
          "--served-model-name", "smollm2", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",

@@ -2,29 +2,17 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-import streamlit as st
-from streamlit.testing.v1 import AppTest
 
-MAIN = str(Path(__file__).resolve().parent.parent / "app" / "main.py")
+from tests.helpers import open_app
 
 
 @pytest.fixture
 def app(monkeypatch, smollm2_dir):
-    monkeypatch.setenv("DEMO_MODEL", str(smollm2_dir))
     monkeypatch.delenv("DEMO_IMAGE_API_URL", raising=False)
-    st.cache_resource.clear()
-    at = AppTest.from_file(MAIN, default_timeout=240)
-    at.run()
-    at.switch_page("views/all_tools.py").run()
-    assert not at.exception
-    at.slider(key="temperature").set_value(0.0)
-    at.number_input(key="max_new_tokens").set_value(300)
-    at.run()
-    yield at
-    st.cache_resource.clear()
+    with open_app(monkeypatch, smollm2_dir, page="views/all_tools.py", timeout=240, temperature=0.0,
+                  max_new_tokens=300) as at:
+        yield at
 
 
 def test_the_page_offers_session_tools_and_says_what_the_sandbox_promises(app):

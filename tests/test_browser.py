@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from tests.processes import ARTIFACTS
+from tests.helpers import ARTIFACTS
 
 
 def assistant_texts(page):
@@ -95,8 +95,8 @@ def test_tools_page_shows_a_tool_call_card_and_the_answer(app_url, browser):
 
 @pytest.fixture(scope="module")
 def site():
-    from tests.local_http import serve
-    from tests.test_web_tools import ARTICLE, html
+    from harness.local_http import serve
+    from tests.helpers import ARTICLE, html
 
     with serve({"/article": html(ARTICLE)}) as base:
         yield base

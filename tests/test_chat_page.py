@@ -4,31 +4,19 @@ from __future__ import annotations
 
 import threading
 from contextlib import closing
-from pathlib import Path
 
 import pytest
-import streamlit as st
-from streamlit.testing.v1 import AppTest
 
 from app.agent import TextDelta, run_turn
 from app.clients.base import GenerationParams
 from app.conversation import Conversation, Message
-
-MAIN = str(Path(__file__).resolve().parent.parent / "app" / "main.py")
+from tests.helpers import open_app
 
 
 @pytest.fixture
 def app(monkeypatch, tiny_model_dir):
-    monkeypatch.setenv("DEMO_MODEL", str(tiny_model_dir))
-    st.cache_resource.clear()
-    at = AppTest.from_file(MAIN, default_timeout=120)
-    at.run()
-    assert not at.exception
-    at.slider(key="temperature").set_value(0.0)
-    at.number_input(key="max_new_tokens").set_value(12)
-    at.run()
-    yield at
-    st.cache_resource.clear()
+    with open_app(monkeypatch, tiny_model_dir, temperature=0.0, max_new_tokens=12) as at:
+        yield at
 
 
 def messages(at):
@@ -106,11 +94,6 @@ def test_a_bad_model_path_is_an_actionable_error_and_nothing_is_lost(app, tiny_m
 
 
 def test_real_smollm2_answers_in_the_page(monkeypatch, smollm2_dir):
-    monkeypatch.setenv("DEMO_MODEL", str(smollm2_dir))
-    st.cache_resource.clear()
-    at = AppTest.from_file(MAIN, default_timeout=180)
-    at.run()
-    at.slider(key="temperature").set_value(0.0).run()
-    send(at, "What is the capital of France? Answer in one sentence.")
-    assert "Paris" in messages(at)[1][1]
-    st.cache_resource.clear()
+    with open_app(monkeypatch, smollm2_dir, timeout=180, temperature=0.0) as at:
+        send(at, "What is the capital of France? Answer in one sentence.")
+        assert "Paris" in messages(at)[1][1]

@@ -8,7 +8,7 @@ import pytest
 
 from app.conversation import Message
 from app.tools.documents import DocumentError, document_attachment, extract_text
-from tests.test_web_tools import pdf_bytes
+from tests.helpers import pdf_bytes
 
 
 def docx_bytes() -> bytes:

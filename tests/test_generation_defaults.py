@@ -9,16 +9,13 @@ from pathlib import Path
 
 import openai
 import pytest
-import streamlit as st
-from streamlit.testing.v1 import AppTest
 
 from app.clients.hf import HFClient
 from app.config import ModelSettings
 from app.generation_defaults import BUILT_IN, defaults_for_settings, generation_defaults, read_generation_config
 from app.server import create_app
-from tests.local_http import serving
-
-MAIN = str(Path(__file__).resolve().parent.parent / "app" / "main.py")
+from harness.local_http import serving
+from tests.helpers import open_app
 
 
 def model_folder(root: Path, name: str, generation_config: dict | None = None) -> Path:
@@ -102,29 +99,24 @@ def sidebar_captions(at) -> str:
 
 def test_sidebar_starts_from_the_model_rederives_on_switch_unless_changed_and_resets(monkeypatch, two_models):
     plain, tuned = two_models
-    monkeypatch.setenv("DEMO_MODEL", str(plain))
-    st.cache_resource.clear()
-    at = AppTest.from_file(MAIN, default_timeout=120)
-    at.run()
-    assert not at.exception
-    assert sampling(at) == (0.7, 0.9)  # no settings in the folder, no card entry: the built-in fallback
-    assert "built-in default" in sidebar_captions(at)
+    with open_app(monkeypatch, plain) as at:
+        assert sampling(at) == (0.7, 0.9)  # no settings in the folder, no card entry: the built-in fallback
+        assert "built-in default" in sidebar_captions(at)
 
-    at.text_input(key="settings.model.model_path").set_value(str(tuned)).run()
-    assert sampling(at) == (0.3, 0.8)
-    assert "temperature 0.3, top p 0.8 (tuned-model/generation_config.json)" in sidebar_captions(at)
-    assert at.button(key="reset_sampling").disabled
+        at.text_input(key="settings.model.model_path").set_value(str(tuned)).run()
+        assert sampling(at) == (0.3, 0.8)
+        assert "temperature 0.3, top p 0.8 (tuned-model/generation_config.json)" in sidebar_captions(at)
+        assert at.button(key="reset_sampling").disabled
 
-    at.slider(key="temperature").set_value(1.1).run()  # the user's own choice survives a model switch...
-    assert "Changed by you: temperature" in sidebar_captions(at)
-    at.text_input(key="settings.model.model_path").set_value(str(plain)).run()
-    assert sampling(at) == (1.1, 0.9)  # ...while top_p, untouched, follows the new model
+        at.slider(key="temperature").set_value(1.1).run()  # the user's own choice survives a model switch...
+        assert "Changed by you: temperature" in sidebar_captions(at)
+        at.text_input(key="settings.model.model_path").set_value(str(plain)).run()
+        assert sampling(at) == (1.1, 0.9)  # ...while top_p, untouched, follows the new model
 
-    at.button(key="reset_sampling").click().run()
-    assert sampling(at) == (0.7, 0.9)
-    assert "Changed by you" not in sidebar_captions(at)
-    assert not at.exception
-    st.cache_resource.clear()
+        at.button(key="reset_sampling").click().run()
+        assert sampling(at) == (0.7, 0.9)
+        assert "Changed by you" not in sidebar_captions(at)
+        assert not at.exception
 
 
 # ----- the API server -------------------------------------------------------------------------------------------

@@ -7,17 +7,14 @@ import threading
 from app.clients.base import GenerationParams
 from app.clients.hf import HFClient
 from app.config import ModelSettings
+from tests.helpers import collect
 
 CAPITAL = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
 
 
-def run(client, messages, params, cancel=None):
-    deltas = list(client.stream(messages, params, cancel or threading.Event()))
-    return "".join(d.text for d in deltas), deltas[-1]
-
-
 def test_answers_sensibly_and_stops_at_end_of_turn(smol_client):
-    text, final = run(smol_client, CAPITAL, GenerationParams(temperature=0.0, max_new_tokens=64))
+    text, deltas = collect(smol_client, CAPITAL, GenerationParams(temperature=0.0, max_new_tokens=64))
+    final = deltas[-1]
     assert "Paris" in text
     assert final.finish_reason == "stop"
     assert final.metrics.completion_tokens < 64
@@ -29,14 +26,16 @@ def test_end_of_turn_token_is_derived_from_the_template(smol_client):
 
 
 def test_stop_string_ends_the_answer_before_it(smol_client):
-    text, final = run(smol_client, CAPITAL, GenerationParams(temperature=0.0, max_new_tokens=64, stop=("Paris",)))
+    text, deltas = collect(smol_client, CAPITAL, GenerationParams(temperature=0.0, max_new_tokens=64, stop=("Paris",)))
+    final = deltas[-1]
     assert text and "Paris" not in text
     assert final.finish_reason == "stop"
 
 
 def test_max_new_tokens_gives_finish_reason_length(smol_client):
     story = [{"role": "user", "content": "Write a long story about a dragon."}]
-    text, final = run(smol_client, story, GenerationParams(temperature=0.0, max_new_tokens=12))
+    text, deltas = collect(smol_client, story, GenerationParams(temperature=0.0, max_new_tokens=12))
+    final = deltas[-1]
     assert final.finish_reason == "length" and final.metrics.completion_tokens == 12
     assert len(text.split()) >= 3
 
@@ -59,7 +58,8 @@ def test_truncation_keeps_the_newest_question_answerable(smollm2_dir):
     for i in range(8):
         history += [{"role": "user", "content": f"Tell me fact number {i} about the ocean."},
                     {"role": "assistant", "content": "The ocean covers about 71 percent of the Earth's surface."}]
-    text, final = run(client, [*history, *CAPITAL], GenerationParams(temperature=0.0, max_new_tokens=48))
+    text, deltas = collect(client, [*history, *CAPITAL], GenerationParams(temperature=0.0, max_new_tokens=48))
+    final = deltas[-1]
     assert final.metrics.dropped_messages > 0
     assert final.metrics.prompt_tokens <= 200 - 48
     assert "Paris" in text

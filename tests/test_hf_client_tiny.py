@@ -13,14 +13,10 @@ from app.clients.base import ClientError, GenerationParams
 from app.clients.hf import HFClient
 from app.clients.incremental_streamer import IncrementalTextStreamer
 from app.config import ModelSettings
+from tests.helpers import collect
 
 GREEDY = GenerationParams(temperature=0.0, max_new_tokens=24)
 HELLO = [{"role": "user", "content": "Hello there"}]
-
-
-def collect(client, messages=HELLO, params=GREEDY, cancel=None):
-    deltas = list(client.stream(messages, params, cancel or threading.Event()))
-    return "".join(d.text for d in deltas), deltas
 
 
 def generate_ids(client, prompt_ids, n):
@@ -31,7 +27,7 @@ def generate_ids(client, prompt_ids, n):
 
 
 def test_streamed_text_equals_one_shot_decode(tiny_client):
-    text, deltas = collect(tiny_client)
+    text, deltas = collect(tiny_client, HELLO, GREEDY)
     ids = generate_ids(tiny_client, tiny_client.template.render(HELLO), 24)
     assert text == tiny_client.tokenizer.decode(ids, skip_special_tokens=True)
     final = deltas[-1]
@@ -58,15 +54,15 @@ def test_incremental_detokeniser_handles_multibyte_characters(tiny_model_dir):
 
 
 def test_greedy_is_deterministic_and_sampling_respects_seed(tiny_client):
-    assert collect(tiny_client)[0] == collect(tiny_client)[0]
+    assert collect(tiny_client, HELLO, GREEDY)[0] == collect(tiny_client, HELLO, GREEDY)[0]
     sampled = GenerationParams(temperature=1.0, top_p=0.95, top_k=0, max_new_tokens=16, seed=7)
-    assert collect(tiny_client, params=sampled)[0] == collect(tiny_client, params=sampled)[0]
+    assert collect(tiny_client, HELLO, sampled)[0] == collect(tiny_client, HELLO, sampled)[0]
 
 
 def test_stop_string_cuts_the_answer_and_reports_stop(tiny_client):
-    full, _ = collect(tiny_client)
+    full, _ = collect(tiny_client, HELLO, GREEDY)
     stop = full[10:14]
-    text, deltas = collect(tiny_client, params=GenerationParams(temperature=0.0, max_new_tokens=24, stop=(stop,)))
+    text, deltas = collect(tiny_client, HELLO, GenerationParams(temperature=0.0, max_new_tokens=24, stop=(stop,)))
     assert text == full[: full.index(stop)]
     assert deltas[-1].finish_reason == "stop"
     assert deltas[-1].metrics.completion_tokens < 24
@@ -92,7 +88,7 @@ def test_closing_the_stream_early_cancels_and_releases_the_model(tiny_client):
     stream.close()
     assert first.metrics.finish_reason == "cancelled"
     assert first.metrics.completion_tokens < 400
-    assert collect(tiny_client)[1][-1].finish_reason == "length"  # the lock was released
+    assert collect(tiny_client, HELLO, GREEDY)[1][-1].finish_reason == "length"  # the lock was released
 
 
 def test_concurrent_sessions_are_serialised_and_not_mixed(tiny_client):
@@ -171,7 +167,7 @@ def test_generation_failure_in_the_thread_becomes_a_client_error(tiny_client, mo
 
     monkeypatch.setattr(tiny_client.model, "generate", broken)
     with pytest.raises(ClientError, match="Generation failed: out of memory"):
-        collect(tiny_client)
+        collect(tiny_client, HELLO, GREEDY)
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ from PIL import Image
 from app.tools.images import ImageAPI
 from app.tools.registry import ToolError
 from app.tools.session import SessionTools
-from tests.local_http import json_reply, serve
+from harness.local_http import json_reply, serve
 
 
 def png() -> bytes:

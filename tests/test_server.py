@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
 
 import httpx
@@ -18,7 +17,8 @@ from app.clients.openai import OpenAIClient
 from app.config import ModelSettings
 from app.server import create_app
 from app.tools import load_tools
-from tests.local_http import serving
+from harness.local_http import serving
+from tests.helpers import collect
 
 registry = load_tools()
 WEATHER = registry.subset(["get_weather", "calculator"]).schemas()
@@ -153,9 +153,9 @@ def test_the_apps_openai_backend_works_against_this_server(api):
 
     client = OpenAIClient(ModelSettings(backend="openai", api_base_url=f"{api}/v1", api_key="secret-key"))
     assert client.model == MODEL
-    deltas = list(client.stream([{"role": "user", "content": "What is the capital of France?"}],
-                                GenerationParams(temperature=0.0, max_new_tokens=20), threading.Event()))
-    assert "Paris" in "".join(d.text for d in deltas) and deltas[-1].metrics.completion_tokens > 0
+    text, deltas = collect(client, [{"role": "user", "content": "What is the capital of France?"}],
+                           GenerationParams(temperature=0.0, max_new_tokens=20))
+    assert "Paris" in text and deltas[-1].metrics.completion_tokens > 0
 
 
 class City(BaseModel):
@@ -193,13 +193,19 @@ def test_the_sdk_puts_streamed_incremental_tool_calls_together(sdk):
 
 
 def test_a_forced_call_cut_by_max_tokens_is_length_not_an_error(sdk, api):
-    request = dict(model=MODEL, temperature=0, max_tokens=4, tools=WEATHER, tool_choice="required",
+    # 22 tokens: the call's name is written, its arguments are not finished.
+    request = dict(model=MODEL, temperature=0, max_tokens=22, tools=WEATHER, tool_choice="required",
                    messages=[{"role": "user", "content": "What's the weather like in Paris?"}])
     choice = sdk.chat.completions.create(**request).choices[0]
     assert choice.finish_reason == "length"  # as OpenAI and vLLM answer: 200, with what was generated
-    assert choice.message.tool_calls is None or json.loads(choice.message.tool_calls[0].function.arguments + '"}')
+    call = choice.message.tool_calls[0]
+    assert call.function.name == "get_weather" and call.function.arguments.startswith("{")
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(call.function.arguments)  # cut: the client sees that from finish_reason "length"
     chunks = list(sdk.chat.completions.create(**request, stream=True))
     assert chunks[-1].choices[0].finish_reason == "length"
+    pieces = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
+    assert "".join(p.function.arguments or "" for p in pieces) == call.function.arguments
 
 
 def _metric(api: str, name: str, **labels: str) -> float:

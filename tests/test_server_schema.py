@@ -10,7 +10,7 @@ from schemathesis.checks import positive_data_acceptance
 from hypothesis import HealthCheck, given, settings
 
 from app.server import create_app
-from tests.local_http import serving
+from harness.local_http import serving
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.chat_page import ask, open_chat
-from tests.processes import ARTIFACTS
+from tests.helpers import ARTIFACTS, ask, open_chat
 
 SMOKE_SET = json.loads((Path(__file__).parent / "data" / "smoke_set.json").read_text())["conversations"]
 SEED = "1"  # bench/smoke_set.py: with the model defaults, every answer of this seed is right

@@ -12,7 +12,7 @@ import pytest
 
 from app.chat_format import process_input
 from app.agent import (AnswerDone, TextDelta, ToolCallFinished, ToolCallStarted, ToolSettings, TurnDone, TurnError,
-                       Waiting, run_turn)
+                       ToolCallWriting, Waiting, run_turn)
 from app.clients.base import ClientError, GenerationParams, ToolRequest
 from app.clients.hf import HFClient
 from app.config import ModelSettings
@@ -20,17 +20,12 @@ from app.conversation import Conversation, Message
 from app.dialects.constraint import call_ebnf
 from app.tools import load_tools
 from app.tools.registry import ToolError, ToolRegistry
+from tests.helpers import collect
 from tests.tiny_model import build_tiny_model
 
 registry = load_tools()
 SCHEMAS = tuple(registry.schemas())
 ASK = [{"role": "system", "content": "You are helpful."}, {"role": "user", "content": "Weather in Paris?"}]
-
-
-def stream(client, messages, request, params=None):
-    deltas = list(client.stream(messages, params or GenerationParams(temperature=1.0, max_new_tokens=300, seed=3),
-                                threading.Event(), request))
-    return "".join(d.text for d in deltas), deltas[-1]
 
 
 @pytest.fixture(scope="module", params=["qwen", "glm4", "llama3"])
@@ -49,8 +44,9 @@ def test_the_dialect_is_read_from_the_template(family_client):
 @pytest.mark.parametrize("choice", ["get_weather", "convert_units", "random_number", "required"])
 def test_a_forced_call_from_a_random_model_always_parses_and_validates(family_client, choice):
     for seed in range(2):
-        text, last = stream(family_client, ASK, ToolRequest(SCHEMAS, choice),
-                            GenerationParams(temperature=1.0, max_new_tokens=3000, seed=seed))
+        text, deltas = collect(family_client, ASK, GenerationParams(temperature=1.0, max_new_tokens=3000, seed=seed),
+                               ToolRequest(SCHEMAS, choice))
+        last = deltas[-1]
         assert text == "" and last.finish_reason == "tool_calls" and len(last.tool_calls) == 1
         call = last.tool_calls[0]
         assert choice in ("required", call.name)
@@ -74,10 +70,10 @@ def test_the_prompt_shows_tools_past_calls_and_results(tiny_client):
 
 def test_an_unfinished_forced_call_ends_with_length_and_the_app_says_what_to_change(tiny_client):
     cut = GenerationParams(temperature=0.0, max_new_tokens=5)
-    deltas = list(tiny_client.stream(ASK, cut, threading.Event(), ToolRequest(SCHEMAS, "get_weather")))
+    text, deltas = collect(tiny_client, ASK, cut, ToolRequest(SCHEMAS, "get_weather"))
     # As OpenAI's and vLLM's APIs do: finish_reason "length", no call, and the call as far as it got.
     assert deltas[-1].finish_reason == "length" and deltas[-1].tool_calls == []
-    assert "".join(d.text for d in deltas) == ""
+    assert text == ""
     assert [f.name for d in deltas for f in d.call_fragments if f.name] in ([], ["get_weather"])
     conversation = Conversation([Message("user", "Weather in Paris?")])
     local = registry.subset(["get_weather"])
@@ -109,7 +105,7 @@ def test_the_loop_calls_the_tool_then_answers(tiny_client):
     tools = ToolSettings(registry.subset(["calculator"]), choice="calculator", max_rounds=2)
     events = list(run_turn(tiny_client, conversation, GenerationParams(temperature=0.0, max_new_tokens=200),
                            tools=tools))
-    kinds = [type(e).__name__ for e in events if not isinstance(e, (TextDelta, Waiting))]
+    kinds = [type(e).__name__ for e in events if not isinstance(e, (TextDelta, Waiting, ToolCallWriting))]
     assert kinds[:3] == ["AnswerDone", "ToolCallStarted", "ToolCallFinished"] and kinds[-2:] == ["AnswerDone", "TurnDone"]
     roles = [m.role for m in conversation.messages]
     assert roles == ["user", "assistant", "tool", "assistant"]
@@ -124,14 +120,12 @@ def test_a_failing_tool_becomes_an_observation_and_the_loop_goes_on(tiny_client)
     local = ToolRegistry()
 
     def picky(n: int) -> str:
-        """Accept only the answer to everything.
+        """Refuse every number (the random model may write any).
 
         Args:
             n: A number.
         """
-        if n != 42:
-            raise ToolError(f"{n} is not 42.")
-        return "yes"
+        raise ToolError(f"{n} is not the number I think of.")
 
     local.register(picky)
     conversation = Conversation([Message("user", "Try a number")])
@@ -141,8 +135,7 @@ def test_a_failing_tool_becomes_an_observation_and_the_loop_goes_on(tiny_client)
     observation = conversation.messages[2]
     n = conversation.messages[1].tool_calls[0].arguments["n"]
     assert isinstance(n, int)
-    if n != 42:
-        assert observation.tool_status == "failed" and observation.content == f"Error: {n} is not 42."
+    assert observation.tool_status == "failed" and observation.content == f"Error: {n} is not the number I think of."
     prompt = tiny_client.tokenizer.decode(tiny_client.template.render(process_input(conversation)))
     assert observation.content in prompt  # the model reads the error in the next round
 
@@ -223,9 +216,24 @@ def test_smollm2_named_call_round_trip(smol_client):
 def test_smollm2_required_call_is_valid(smol_client):
     request = ToolRequest(tuple(registry.subset(["get_weather", "current_time"]).schemas()), "required")
     messages = [{"role": "user", "content": "What's the weather like in Paris?"}]
-    text, last = stream(smol_client, messages, request, GenerationParams(temperature=0.0, max_new_tokens=60))
+    text, deltas = collect(smol_client, messages, GenerationParams(temperature=0.0, max_new_tokens=60), request)
+    last = deltas[-1]
     assert text == "" and last.finish_reason == "tool_calls"
     call = last.tool_calls[0]
     assert registry.validation_error(call.name, call.arguments) is None
     assert (call.name, call.arguments) == ("get_weather", {"city": "Paris"})
     assert json.loads(json.dumps(call.arguments)) == call.arguments
+
+
+def test_the_agent_shows_a_forced_call_while_it_is_written(tiny_client):
+    conversation = Conversation([Message("user", "Weather in Paris?")])
+    tools = ToolSettings(registry.subset(["get_weather"]), choice="get_weather", max_rounds=2)
+    events = list(run_turn(tiny_client, conversation, GenerationParams(temperature=0.0, max_new_tokens=200),
+                           tools=tools))
+    writing = [e for e in events if isinstance(e, ToolCallWriting)]
+    call = conversation.messages[1].tool_calls[0]
+    assert len(writing) >= 2 and writing[0].arguments == ""  # the name first, then the arguments
+    assert all(w.name == "get_weather" and w.index == 0 for w in writing)
+    assert all(a.arguments == b.arguments[: len(a.arguments)] for a, b in zip(writing, writing[1:]))  # it grows
+    assert json.loads(writing[-1].arguments) == call.arguments
+    assert events.index(writing[-1]) < next(i for i, e in enumerate(events) if isinstance(e, ToolCallStarted))

@@ -3,38 +3,24 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
-import streamlit as st
-from streamlit.testing.v1 import AppTest
 
-MAIN = str(Path(__file__).resolve().parent.parent / "app" / "main.py")
-
-
-def open_tools_page(monkeypatch, model_dir, max_new_tokens):
-    monkeypatch.setenv("DEMO_MODEL", str(model_dir))
-    st.cache_resource.clear()
-    at = AppTest.from_file(MAIN, default_timeout=180)
-    at.run()
-    at.switch_page("views/tools.py").run()
-    assert not at.exception
-    at.slider(key="temperature").set_value(0.0)
-    at.number_input(key="max_new_tokens").set_value(max_new_tokens)
-    at.run()
-    return at
+from tests.helpers import open_app
 
 
 @pytest.fixture
 def tiny_app(monkeypatch, tiny_model_dir):
-    yield open_tools_page(monkeypatch, tiny_model_dir, 300)
-    st.cache_resource.clear()
+    with open_app(monkeypatch, tiny_model_dir, page="views/tools.py", timeout=180, temperature=0.0,
+                  max_new_tokens=300) as at:
+        yield at
 
 
 @pytest.fixture
 def smol_app(monkeypatch, smollm2_dir):
-    yield open_tools_page(monkeypatch, smollm2_dir, 60)
-    st.cache_resource.clear()
+    with open_app(monkeypatch, smollm2_dir, page="views/tools.py", timeout=180, temperature=0.0,
+                  max_new_tokens=60) as at:
+        yield at
 
 
 def ask(at, text):

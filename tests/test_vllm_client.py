@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
-from app.clients.base import GenerationParams, ToolRequest
+import jsonschema
+
+from app.clients.base import GenerationParams, ResponseFormat, ToolRequest
 from app.tools import load_tools
+from tests.helpers import collect
 
 registry = load_tools()
 HELLO = [{"role": "user", "content": "Hello there"}]
 CAPITAL = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
-
-
-def run(client, messages, params, tools=None, cancel=None):
-    deltas = list(client.stream(messages, params, cancel or threading.Event(), tools))
-    return "".join(d.text for d in deltas), deltas[-1]
 
 
 def test_streams_with_metrics_and_max_tokens(vllm_tiny):
@@ -30,7 +29,7 @@ def test_streams_with_metrics_and_max_tokens(vllm_tiny):
 
 def test_greedy_output_matches_the_transformers_backend(vllm_tiny, tiny_client):
     params = GenerationParams(temperature=0.0, max_new_tokens=12)
-    assert run(vllm_tiny, HELLO, params)[0] == run(tiny_client, HELLO, params)[0]
+    assert collect(vllm_tiny, HELLO, params)[0] == collect(tiny_client, HELLO, params)[0]
 
 
 def test_cancel_aborts_the_request(vllm_tiny):
@@ -44,15 +43,16 @@ def test_cancel_aborts_the_request(vllm_tiny):
     assert received[-1].finish_reason == "cancelled" and received[-1].metrics.completion_tokens < 3000
     assert time.monotonic() - started < 30
     # the engine is free again at once: a new request completes normally
-    assert run(vllm_tiny, HELLO, GenerationParams(temperature=0.0, max_new_tokens=4))[1].finish_reason == "length"
+    final = collect(vllm_tiny, HELLO, GenerationParams(temperature=0.0, max_new_tokens=4))[1][-1]
+    assert final.finish_reason == "length"
 
 
 def test_concurrent_requests_are_not_mixed(vllm_tiny):
     prompts = [[{"role": "user", "content": f"Question number {i} about Paris"}] for i in range(4)]
     params = GenerationParams(temperature=0.0, max_new_tokens=24)
-    expected = [run(vllm_tiny, p, params)[0] for p in prompts]
+    expected = [collect(vllm_tiny, p, params)[0] for p in prompts]
     results: dict[int, str] = {}
-    threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, run(vllm_tiny, prompts[i], params)[0]))
+    threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, collect(vllm_tiny, prompts[i], params)[0]))
                for i in range(4)]
     for thread in threads:
         thread.start()
@@ -63,22 +63,42 @@ def test_concurrent_requests_are_not_mixed(vllm_tiny):
 
 def test_a_forced_call_from_a_random_model_parses_and_validates(vllm_tiny):
     for choice in ("get_weather", "convert_units", "required"):
-        text, final = run(vllm_tiny, HELLO, GenerationParams(temperature=1.0, max_new_tokens=3000, seed=2),
-                          ToolRequest(tuple(registry.schemas()), choice))
+        text, deltas = collect(vllm_tiny, HELLO, GenerationParams(temperature=1.0, max_new_tokens=3000, seed=2),
+                               ToolRequest(tuple(registry.schemas()), choice))
+        final = deltas[-1]
         assert text == "" and final.finish_reason == "tool_calls"
         call = final.tool_calls[0]
         assert choice in ("required", call.name) and registry.validation_error(call.name, call.arguments) is None
 
 
 def test_smollm2_answers_and_stops_at_stop_strings(vllm_smol):
-    text, final = run(vllm_smol, CAPITAL, GenerationParams(temperature=0.0, max_new_tokens=64))
-    assert "Paris" in text and final.finish_reason == "stop"
-    cut, final = run(vllm_smol, CAPITAL, GenerationParams(temperature=0.0, max_new_tokens=64, stop=("Paris",)))
-    assert "Paris" not in cut and final.finish_reason == "stop" and text.startswith(cut.rstrip())
+    text, deltas = collect(vllm_smol, CAPITAL, GenerationParams(temperature=0.0, max_new_tokens=64))
+    assert "Paris" in text and deltas[-1].finish_reason == "stop"
+    cut, deltas = collect(vllm_smol, CAPITAL, GenerationParams(temperature=0.0, max_new_tokens=64, stop=("Paris",)))
+    assert "Paris" not in cut and deltas[-1].finish_reason == "stop" and text.startswith(cut.rstrip())
 
 
 def test_smollm2_named_tool_choice_yields_a_valid_call(vllm_smol):
     request = ToolRequest(tuple(registry.subset(["get_weather", "calculator"]).schemas()), "get_weather")
-    text, final = run(vllm_smol, [{"role": "user", "content": "What's the weather like in Paris?"}],
-                      GenerationParams(temperature=0.0, max_new_tokens=60), request)
-    assert text == "" and [(c.name, c.arguments) for c in final.tool_calls] == [("get_weather", {"city": "Paris"})]
+    text, deltas = collect(vllm_smol, [{"role": "user", "content": "What's the weather like in Paris?"}],
+                           GenerationParams(temperature=0.0, max_new_tokens=60), request)
+    assert text == "" and [(c.name, c.arguments) for c in deltas[-1].tool_calls] == [("get_weather", {"city": "Paris"})]
+
+
+def test_smollm2_json_schema_response_format_through_structured_outputs(vllm_smol):
+    schema = {"type": "object", "properties": {"city": {"type": "string"}, "country": {"type": "string"}},
+              "required": ["city", "country"]}
+    text, deltas = collect(vllm_smol, [{"role": "user", "content": "Which city is the capital of France? JSON."}],
+                           GenerationParams(temperature=0.0, max_new_tokens=60),
+                           response_format=ResponseFormat("json_schema", schema))
+    jsonschema.validate(json.loads(text), schema)
+    assert deltas[-1].finish_reason == "stop"
+
+
+def test_a_forced_call_cut_at_the_limit_ends_with_length_and_its_fragments(vllm_smol):
+    request = ToolRequest(tuple(registry.subset(["get_weather"]).schemas()), "get_weather")
+    text, deltas = collect(vllm_smol, [{"role": "user", "content": "What's the weather like in Paris?"}],
+                           GenerationParams(temperature=0.0, max_new_tokens=22), request)  # the name, part of the rest
+    fragments = [f for d in deltas for f in d.call_fragments]
+    assert text == "" and deltas[-1].finish_reason == "length" and deltas[-1].tool_calls == []
+    assert fragments[0].name == "get_weather"

@@ -2,27 +2,14 @@
 
 from __future__ import annotations
 
-import io
 from urllib.parse import parse_qs, urlparse
 
 import pytest
 
 from app.tools.browser import WebBrowser, cited_sources
 from app.tools.registry import ToolError
-from tests.local_http import json_reply, serve
-
-ARTICLE = b"""<html><head><title>Lighthouses of Brittany</title></head><body>
-<nav>Home | About</nav>
-<article><h1>Lighthouses of Brittany</h1>
-<p>The Phare du Creac'h on Ouessant is one of the most powerful lighthouses in Europe, with a range of 32 nautical
-miles. It guards the entrance to the English Channel, one of the busiest shipping lanes in the world.</p>
-<p>Keepers lived in the tower until the light was automated in the late twentieth century, and the old engine
-rooms now house a museum of lighthouses and beacons that is open to visitors all year round.</p>
-</article><footer>Copyright</footer></body></html>"""
-
-
-def html(body: bytes):
-    return lambda handler, request: (200, {"Content-Type": "text/html; charset=utf-8"}, body)
+from harness.local_http import json_reply, serve
+from tests.helpers import ARTICLE, html, pdf_bytes
 
 
 @pytest.fixture
@@ -52,16 +39,6 @@ def searxng(handler, body):
         {"title": "Lighthouses of Brittany", "url": f"{base}/article", "content": "The Phare du Creac'h..."},
         {"title": "Notes", "url": f"{base}/notes.txt", "content": "Some notes"},
     ]})
-
-
-def pdf_bytes(text: str) -> bytes:
-    from reportlab.pdfgen import canvas
-
-    buffer = io.BytesIO()
-    page = canvas.Canvas(buffer)
-    page.drawString(72, 720, text)
-    page.save()
-    return buffer.getvalue()
 
 
 def test_open_extracts_the_article_numbers_it_and_cites_it(site):

@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import openai
+from openai.types import Model
 from openai.types.chat import ChatCompletionChunk
 
 from app.chat_format import ResponseProcessor
@@ -44,6 +45,15 @@ def _friendly(exc: Exception, base_url: str, model: str) -> ClientError:
     return ClientError(f"The API call failed: {type(exc).__name__}: {exc}")
 
 
+def _max_model_len(listed: list[Model], model: str) -> int | None:
+    """vLLM's /models says each model's context window (max_model_len, an extra field); other servers do not."""
+    for entry in listed:
+        value = (entry.model_extra or {}).get("max_model_len")
+        if entry.id == model and isinstance(value, int):
+            return value
+    return None
+
+
 class OpenAIClient:
     backend = "openai"
 
@@ -58,7 +68,8 @@ class OpenAIClient:
             timeout=httpx.Timeout(600.0, connect=5.0),
             max_retries=0,
         )
-        self.models = self.list_models()
+        listed = self._list_models()
+        self.models = [model.id for model in listed]
         self.model = settings.api_model.strip() or (self.models[0] if self.models else "")
         if not self.model:
             raise ClientError(f"The API at {self.base_url} lists no models; enter the model name in the sidebar.")
@@ -68,25 +79,17 @@ class OpenAIClient:
         # The server's model folder is out of sight: its name can still match a model card's recommendation.
         self.generation_defaults = generation_defaults(self.model)
         self.capabilities = Capabilities(model_id=self.model, native_tools=True, dialect=None,
-                                         context_window=self._context_window())
+                                         context_window=_max_model_len(listed, self.model))
         # vLLM-style servers take top_k and repetition_penalty; OpenAI's own API rejects unknown fields.
         self._extra_sampling = "api.openai.com" not in self.base_url
 
-    def list_models(self) -> list[str]:
+    def _list_models(self) -> list[Model]:
         try:
-            self._listed = list(self.sdk.models.list())
-            return [model.id for model in self._listed]
+            return list(self.sdk.models.list())
         except openai.NotFoundError:
             return []  # some servers have no /models; the user then names the model
         except Exception as exc:
             raise _friendly(exc, self.base_url, self.settings.api_model) from exc
-
-    def _context_window(self) -> int | None:
-        """vLLM's /models says each model's max_model_len (an extra field); other servers do not."""
-        for model in getattr(self, "_listed", []):
-            if model.id == self.model and isinstance((model.model_extra or {}).get("max_model_len"), int):
-                return model.model_extra["max_model_len"]
-        return None
 
     def describe(self) -> str:
         return f"OpenAI-compatible API · {self.model} · {self.base_url}"

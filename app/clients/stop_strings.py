@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from app.partial_match import partial_marker_length
+
 
 class StopStringFilter:
     def __init__(self, stop_strings: Iterable[str]) -> None:
         self.stop_strings = tuple(s for s in stop_strings if s)
-        self._longest = max((len(s) for s in self.stop_strings), default=0)
         self._pending = ""
         self.stopped = False
         self.matched: str | None = None
@@ -25,7 +26,7 @@ class StopStringFilter:
             return chunk
         # Search only where a stop string could now appear: the held-back tail plus the new chunk.
         window = self._pending + chunk
-        keep = self._partial_suffix_length(window)
+        keep = partial_marker_length(window, self.stop_strings)
         hit = self._first_match(window)
         # A complete match wins unless a stop string that starts earlier may still complete in the next chunk.
         if hit is not None and (not keep or hit[0] <= len(window) - keep):
@@ -47,10 +48,3 @@ class StopStringFilter:
             self.stopped, self.matched = True, hit[1]
             return text[: hit[0]]
         return text
-
-    def _partial_suffix_length(self, text: str) -> int:
-        for length in range(min(self._longest - 1, len(text)), 0, -1):
-            tail = text[-length:]
-            if any(s.startswith(tail) for s in self.stop_strings):
-                return length
-        return 0

@@ -96,64 +96,89 @@ def stream_engine(
     carries the finish reason and the tool calls. `metrics` is updated as tokens arrive (prompt tokens and dropped
     messages are the caller's to fill in; time to first token counts from `started`, default now). Stop
     (`cancel`), a matched stop string and a consumer that stops reading all abort the engine."""
+    reply = _Reply(processor, metrics, started if started is not None else time.perf_counter())
     to_client_error = error_message or (lambda exc: ClientError(f"Generation failed: {exc}"))
-    started = started if started is not None else time.perf_counter()
     feed = EngineFeed()
-    first = last = None
-    engine_reason: str | None = None
-    ended = False  # the engine closed the feed: everything it produced has been read
     engine.start(feed)
     try:
-        while not cancel.is_set() and not processor.stopped:
+        while not cancel.is_set() and not processor.stopped and not reply.ended:
             items = feed.take(HEARTBEAT_S)
-            if not items:
-                yield Delta(metrics=metrics)  # heartbeat: nothing new, but the consumer may look at Stop
-                continue
-            text: list[str] = []
-            fragments: list[CallFragment] = []
-            notices: list[str] = []
             for item in items:
-                if feed.is_closed_marker(item):
-                    ended = True
-                    break
                 if isinstance(item, BaseException):
                     raise to_client_error(item) from item
-                assert isinstance(item, EngineOutput)
-                if item.text or item.tokens or item.call_fragments:
-                    now = time.perf_counter()
-                    first, last = first or now, now
-                    if metrics.time_to_first_token_s is None:
-                        metrics.time_to_first_token_s = now - started
-                metrics.completion_tokens += item.tokens
-                if item.usage is not None:
-                    metrics.prompt_tokens, metrics.completion_tokens = item.usage
-                engine_reason = item.finish_reason or engine_reason
-                if item.notice:
-                    notices.append(item.notice)
-                piece = processor.feed(item.text, item.call_fragments)
-                text.append(piece.text)
-                fragments.extend(piece.call_fragments)
-            if notices or text or fragments:
-                yield Delta(text="".join(text), notice=" ".join(notices) or None, metrics=metrics,
-                            call_fragments=fragments)
-            if ended:
-                break
+            delta = reply.absorb(items, feed)
+            if delta is not None or not items:  # nothing at all: a heartbeat, so the consumer may look at Stop
+                yield delta or Delta(metrics=metrics)
     finally:
-        cancelled = not ended and not processor.stopped
-        if not ended:  # Stop, a stop string, an error or a consumer that went away: free the engine now
+        if not reply.ended:  # Stop, a stop string, an error or a consumer that went away: free the engine now
             engine.abort()
-        metrics.record_timing(started, first, last)
-        if cancelled:  # also right for a consumer that stops reading: it never sees the last delta
-            metrics.finish_reason = "cancelled"
-    tail, parsed, notice = processor.finish()
-    if tail.text or tail.call_fragments or notice:
-        yield Delta(text=tail.text, notice=notice, metrics=metrics, call_fragments=tail.call_fragments)
-    if cancelled:
-        metrics.finish_reason = "cancelled"
-    elif parsed.tool_calls:
-        metrics.finish_reason = "tool_calls"
-    elif engine_reason == "length" and not processor.stopped:
-        metrics.finish_reason = "length"
-    else:
-        metrics.finish_reason = "stop"
-    yield Delta(finish_reason=metrics.finish_reason, metrics=metrics, tool_calls=list(parsed.tool_calls))
+        reply.close()
+    yield from reply.last_deltas()
+
+
+class _Reply:
+    """What has been read of one reply: timing, the engine's own finish reason, whether the engine is done."""
+
+    def __init__(self, processor: ResponseProcessor, metrics: AnswerMetrics, started: float) -> None:
+        self.processor, self.metrics, self.started = processor, metrics, started
+        self.first: float | None = None
+        self.last: float | None = None
+        self.engine_reason: str | None = None
+        self.ended = False  # the engine closed the feed: everything it produced has been read
+
+    def absorb(self, items: list[object], feed: EngineFeed) -> Delta | None:
+        """Outputs that arrived together, as one delta (None when they add nothing to show)."""
+        text: list[str] = []
+        fragments: list[CallFragment] = []
+        notices: list[str] = []
+        for item in items:
+            if feed.is_closed_marker(item):
+                self.ended = True
+                break
+            assert isinstance(item, EngineOutput)
+            self._count(item)
+            if item.notice:
+                notices.append(item.notice)
+            piece = self.processor.feed(item.text, item.call_fragments)
+            text.append(piece.text)
+            fragments.extend(piece.call_fragments)
+        joined = "".join(text)
+        if not (joined or fragments or notices):
+            return None
+        return Delta(text=joined, notice=" ".join(notices) or None, metrics=self.metrics, call_fragments=fragments)
+
+    def _count(self, output: EngineOutput) -> None:
+        if output.text or output.tokens or output.call_fragments:
+            now = time.perf_counter()
+            self.first, self.last = self.first or now, now
+            if self.metrics.time_to_first_token_s is None:
+                self.metrics.time_to_first_token_s = now - self.started
+        self.metrics.completion_tokens += output.tokens
+        if output.usage is not None:
+            self.metrics.prompt_tokens, self.metrics.completion_tokens = output.usage
+        self.engine_reason = output.finish_reason or self.engine_reason
+
+    @property
+    def cancelled(self) -> bool:
+        return not self.ended and not self.processor.stopped
+
+    def close(self) -> None:
+        """Timing, and "cancelled" already: a consumer that stops reading never sees the last delta."""
+        self.metrics.record_timing(self.started, self.first, self.last)
+        if self.cancelled:
+            self.metrics.finish_reason = "cancelled"
+
+    def last_deltas(self) -> Iterator[Delta]:
+        """The rest of the text and call pieces, then the finish reason with the calls."""
+        tail, parsed, notice = self.processor.finish()
+        if tail.text or tail.call_fragments or notice:
+            yield Delta(text=tail.text, notice=notice, metrics=self.metrics, call_fragments=tail.call_fragments)
+        if self.cancelled:
+            self.metrics.finish_reason = "cancelled"
+        elif parsed.tool_calls:
+            self.metrics.finish_reason = "tool_calls"
+        elif self.engine_reason == "length" and not self.processor.stopped:
+            self.metrics.finish_reason = "length"
+        else:
+            self.metrics.finish_reason = "stop"
+        yield Delta(finish_reason=self.metrics.finish_reason, metrics=self.metrics, tool_calls=list(parsed.tool_calls))

@@ -366,11 +366,3 @@ def call_from_json(data: Any, tool_names: Sequence[str], require_known: bool, ar
     if extra:
         return None
     return ToolCall(name=name, arguments=arguments)
-
-
-def longest_prefix_suffix(text: str, marker: str) -> int:
-    """Length of the longest end of `text` that is a proper start of `marker` (to hold back a partial tag)."""
-    for size in range(min(len(text), len(marker) - 1), 0, -1):
-        if marker.startswith(text[-size:]):
-            return size
-    return 0

@@ -6,7 +6,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from app.dialects.base import ConstrainedCall, Dialect, StreamParser, call_from_json, longest_prefix_suffix
+from app.dialects.base import ConstrainedCall, Dialect, StreamParser, call_from_json
+from app.partial_match import partial_marker_length
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 
@@ -24,7 +25,7 @@ class HermesParser(StreamParser):
             if not self._inside:
                 at = self._pending.find(OPEN)
                 if at < 0:
-                    keep = longest_prefix_suffix(self._pending, OPEN)
+                    keep = partial_marker_length(self._pending, (OPEN,))
                     shown.append(self._pending[: len(self._pending) - keep])
                     self._pending = self._pending[len(self._pending) - keep :]
                     return "".join(shown)

@@ -16,6 +16,7 @@ from app.agent import (
     TextDelta,
     ToolCallFinished,
     ToolCallStarted,
+    ToolCallWriting,
     ToolSettings,
     TurnDone,
     TurnError,
@@ -137,6 +138,30 @@ def _metrics_caption(message: Message) -> None:
         st.caption(summary)
 
 
+def _show_call_being_written(slot: Any, call: ToolCallWriting) -> None:
+    """A code tool's program as code (its JSON string decoded as far as it goes), any other call as its JSON."""
+    with slot.container():
+        st.caption(f"Writing a call to {call.name or 'a tool'}...")
+        code = _partial_json_string(call.arguments, '{"code": "')
+        if code is not None:
+            st.code(code, language="python", wrap_lines=True)
+        else:
+            st.code(call.arguments, language="json", wrap_lines=True)
+
+
+def _partial_json_string(arguments: str, opening: str) -> str | None:
+    """The value of an unfinished one-string JSON object such as {"code": "print(1)\\n..., or None."""
+    if not arguments.startswith(opening):
+        return None
+    body = arguments[len(opening) :].removesuffix('"}')
+    for cut in range(6):  # an escape sequence may be cut off at the end (\\, \\u12a)
+        try:
+            return json.loads('"' + body[: len(body) - cut] + '"')
+        except json.JSONDecodeError:
+            continue
+    return None
+
+
 def stream_turn(
     client: Client,
     conversation: Conversation,
@@ -158,6 +183,7 @@ def stream_turn(
         last_flush = 0.0
         card = None
         card_name, card_started = "", 0.0
+        writing = st.empty()  # the call the model is writing, live, until its card takes over
         events = run_turn(client, conversation, sidebar.params, sidebar.system_prompt, tools=tools)
         with closing(events):
             for event in events:
@@ -172,9 +198,15 @@ def stream_turn(
                         card.update(label=f"Running {card_name}... {time.monotonic() - card_started:.1f} s")
                     else:
                         body.markdown(text or ":grey[waiting for the model...]")
+                elif isinstance(event, ToolCallWriting):
+                    now = time.monotonic()
+                    if now - last_flush >= _FLUSH_EVERY_S:
+                        _show_call_being_written(writing, event)
+                        last_flush = now
                 elif isinstance(event, Notice):
                     notices.caption(event.text)
                 elif isinstance(event, AnswerDone):
+                    writing.empty()
                     content = event.message.content or ""
                     body.markdown(transform(content) if transform else content)
                     if not event.message.error and (event.message.content or event.message.tool_calls):
@@ -194,6 +226,7 @@ def stream_turn(
                     _images(event.message)
                     card = None
                     body = st.empty()  # the next answer goes below the card
+                    writing = st.empty()
                 elif isinstance(event, TurnError):
                     st.error(event.message, icon=":material/error:")
                 elif isinstance(event, TurnDone):

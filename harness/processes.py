@@ -1,4 +1,4 @@
-"""Servers the tests start as real processes: Streamlit, `make serve`, `make run`. Each runs in its own process
+"""Servers started as real processes (Streamlit, `make serve`, `make run`). Each runs in its own process
 group under `timeout`, so it stops by itself even if pytest is killed, and `stop` ends the whole group (make and
 the Python it started)."""
 
@@ -11,9 +11,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.local_http import wait_until_healthy
-
-ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"  # logs and screenshots worth keeping
+from harness.local_http import wait_until_healthy
 
 
 @contextmanager

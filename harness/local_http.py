@@ -1,4 +1,5 @@
-"""Real HTTP servers on 127.0.0.1 for tests: `serve(routes)` answers each path with (status, headers, body)."""
+"""Real HTTP servers on 127.0.0.1 for the tests and the benchmarks: `serve(routes)` answers each path with (status,
+headers, body); `serving(asgi_app)` runs our API server; `free_port()` finds a port to start one on."""
 
 from __future__ import annotations
 

@@ -1,0 +1,1 @@
+"""Starting local servers and processes, for the tests and the benchmarks."""

@@ -1,0 +1,112 @@
+"""What many tests share: streaming an answer from a client, opening the app in AppTest, driving the Chat page in
+Chromium (Playwright), and the folder for artifacts worth keeping."""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import streamlit as st
+from streamlit.testing.v1 import AppTest
+
+from app.clients.base import Client, Delta, GenerationParams, ResponseFormat, ToolRequest
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts"  # logs and screenshots worth keeping
+MAIN = str(ROOT / "app" / "main.py")
+
+
+# ----- clients -----------------------------------------------------------------------------------------------------
+
+def collect(client: Client, messages: list[dict[str, Any]], params: GenerationParams | None = None,
+            tools: ToolRequest | None = None, cancel: threading.Event | None = None,
+            response_format: ResponseFormat | None = None) -> tuple[str, list[Delta]]:
+    """Stream one answer to the end: its whole text and every delta (the last one carries the finish reason,
+    metrics and tool calls). No `params`: `GenerationParams()`'s defaults."""
+    params = params if params is not None else GenerationParams()
+    deltas = list(client.stream(messages, params, cancel or threading.Event(), tools, response_format))
+    return "".join(d.text for d in deltas), deltas
+
+
+# ----- the app in AppTest ------------------------------------------------------------------------------------------
+
+@contextmanager
+def open_app(monkeypatch: pytest.MonkeyPatch, model_dir: Path | str, *, page: str | None = None,
+             timeout: float = 120, temperature: float | None = None,
+             max_new_tokens: int | None = None) -> Iterator[AppTest]:
+    """The app in AppTest on `model_dir` (DEMO_MODEL), fresh caches, run once and on `page` if given, with the
+    sidebar's temperature and max new tokens set if given; clears Streamlit's resource cache again after."""
+    monkeypatch.setenv("DEMO_MODEL", str(model_dir))
+    st.cache_resource.clear()
+    try:
+        at = AppTest.from_file(MAIN, default_timeout=timeout)
+        at.run()
+        if page is not None:
+            at.switch_page(page).run()
+        assert not at.exception
+        if temperature is not None:
+            at.slider(key="temperature").set_value(temperature)
+        if max_new_tokens is not None:
+            at.number_input(key="max_new_tokens").set_value(max_new_tokens)
+        if temperature is not None or max_new_tokens is not None:
+            at.run()
+        yield at
+    finally:
+        st.cache_resource.clear()
+
+
+# ----- the Chat page in Chromium (Playwright) ----------------------------------------------------------------------
+
+def open_chat(browser: Any, url: str, seed: str, height: int = 900) -> Any:
+    """A new page (a new session) on the Chat page once the model is loaded, with the sidebar's Seed set."""
+    page = browser.new_page(viewport={"width": 1280, "height": height})
+    page.goto(url)
+    page.get_by_text("SmolLM2-135M-Instruct").first.wait_for(timeout=180_000)  # status line: model loaded
+    field = page.get_by_test_id("stSidebar").get_by_role("spinbutton", name="Seed")
+    field.fill(seed)
+    field.press("Enter")
+    page.wait_for_timeout(1000)  # the rerun that stores it
+    return page
+
+
+def ask(page: Any, text: str, answer_index: int) -> Any:
+    """Send `text`; return the `answer_index`-th chat message once its metrics line says it is complete."""
+    box = page.get_by_test_id("stChatInputTextArea")
+    box.fill(text)
+    box.press("Enter")
+    answer = page.locator('[data-testid="stChatMessage"]').nth(answer_index)
+    answer.get_by_text("tok/s").first.wait_for(timeout=180_000)  # a rerun may briefly show the line twice
+    return answer
+
+
+# ----- documents and pages for the web and document tools ----------------------------------------------------------
+
+ARTICLE = b"""<html><head><title>Lighthouses of Brittany</title></head><body>
+<nav>Home | About</nav>
+<article><h1>Lighthouses of Brittany</h1>
+<p>The Phare du Creac'h on Ouessant is one of the most powerful lighthouses in Europe, with a range of 32 nautical
+miles. It guards the entrance to the English Channel, one of the busiest shipping lanes in the world.</p>
+<p>Keepers lived in the tower until the light was automated in the late twentieth century, and the old engine
+rooms now house a museum of lighthouses and beacons that is open to visitors all year round.</p>
+</article><footer>Copyright</footer></body></html>"""
+
+
+def html(body: bytes) -> Any:
+    """A route for harness.local_http.serve that answers `body` as an HTML page."""
+    return lambda handler, request: (200, {"Content-Type": "text/html; charset=utf-8"}, body)
+
+
+def pdf_bytes(text: str) -> bytes:
+    """A one-page PDF with `text` on it."""
+    from reportlab.pdfgen import canvas
+
+    buffer = io.BytesIO()
+    page = canvas.Canvas(buffer)
+    page.drawString(72, 720, text)
+    page.save()
+    return buffer.getvalue()
