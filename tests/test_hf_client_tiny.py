@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
+import jsonschema
 import pytest
 import torch
 from transformers import AutoTokenizer
 
-from app.clients.base import ClientError, GenerationParams
+from app.clients.base import ClientError, GenerationParams, ResponseFormat, ToolRequest
 from app.clients.hf import HFClient
 from app.clients.incremental_streamer import IncrementalTextStreamer
 from app.config import ModelSettings
@@ -198,3 +200,35 @@ def test_corrupt_weights_are_reported_not_raised_raw(tiny_model_dir, tmp_path):
 def test_invalid_sampling_values_are_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         GenerationParams(**kwargs)
+
+
+SHIRT = {"type": "object", "properties": {"in_stock": {"type": "boolean"}, "size": {"enum": ["S", "M", "L"]}},
+         "required": ["in_stock", "size"]}
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_json_schema_response_format_makes_even_a_random_model_answer_valid_json(tiny_client, seed):
+    sampled = GenerationParams(temperature=1.0, max_new_tokens=200, seed=seed)
+    text, deltas = collect(tiny_client, HELLO, sampled, response_format=ResponseFormat("json_schema", SHIRT))
+    jsonschema.validate(json.loads(text), SHIRT)
+    assert deltas[-1].finish_reason == "stop"
+    free, _ = collect(tiny_client, HELLO, sampled)  # the same model and seed without the format: not JSON
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(free)
+
+
+def test_with_tools_on_offer_a_json_response_format_allows_that_json_or_a_call(tiny_client):
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}}, "required": ["city"]}}}
+    for seed in range(6):  # whichever of the two a random model picks, it must be a whole one
+        text, deltas = collect(tiny_client, HELLO, GenerationParams(temperature=1.0, max_new_tokens=200, seed=seed),
+                               ToolRequest((weather,)), response_format=ResponseFormat("json_schema", SHIRT))
+        if deltas[-1].tool_calls:
+            assert text == "" and deltas[-1].tool_calls[0].arguments["city"] in ("Paris", "Rome")
+        else:
+            jsonschema.validate(json.loads(text), SHIRT)
+
+
+def test_a_schema_the_grammar_engine_cannot_enforce_is_a_clear_error(tiny_client):
+    with pytest.raises(ClientError, match="JSON Schema cannot be enforced"):
+        collect(tiny_client, HELLO, GREEDY, response_format=ResponseFormat("json_schema", {"type": "nonsense"}))

@@ -17,7 +17,7 @@ from app.chat_format import PromptTooLong, ResponseProcessor, fit_to_context, pr
 from app.clients.base import Capabilities, ClientError, Delta, GenerationParams, ResponseFormat, ToolRequest
 from app.clients.streaming import EngineRequest, stream_engine
 from app.conversation import AnswerMetrics
-from app.dialects import Dialect, detect_dialect, get_dialect
+from app.dialects import ConstrainedCall, Dialect, detect_dialect, get_dialect
 from app.dialects.constraint import call_ebnf, reply_ebnf
 from app.generation_defaults import GenerationDefaults, generation_defaults
 
@@ -138,7 +138,38 @@ class ChatTemplate:
         tools: ToolRequest | None,
         response_format: ResponseFormat | None = None,
     ) -> PreparedPrompt:
+        """The prompt that fits the context window, and the rules of the reply: its grammar and its processor."""
+        token_ids, dropped = self._fit(messages, params, tools)
         dialect = self.dialect_for(tools)
+        active_tools = tools.active_tools if tools else []
+        forced_tools = tools.forced_tools if tools else []
+        # A free-text code body only when it is the one allowed call: then the whole reply is that call.
+        forced = [dialect.constrained_call(tool, allow_code_body=len(forced_tools) == 1) for tool in forced_tools]
+        if forced:
+            # The grammar already rules out loops; a repetition penalty only bends the call (JSON repeats its
+            # quotes, arguments are copied from the prompt): SmolLM2 at 1.1 wrote calculator({"expression":
+            # "{10}"}) for "What is 17 * 23?" (vLLM counts the prompt), or never closed the call (HF, answer only).
+            params = replace(params, repetition_penalty=1.0)
+        # A dialect stop string that is not one token of this vocabulary is matched on the text instead.
+        text_stops = [s for s in dialect.stop_strings if self.single_token_id(s) not in self.stop_token_ids]
+        notice = None
+        if dropped:
+            notice = (f"Dropped the {dropped} oldest message(s) so the prompt fits the {self.context_window}-token "
+                      "context window.")
+        return PreparedPrompt(
+            token_ids=token_ids,
+            max_new_tokens=min(params.max_new_tokens, self.context_window - len(token_ids)),
+            dropped_messages=dropped,
+            notice=notice,
+            processor=process_response(dialect, active_tools, forced,
+                                       (*params.stop, *text_stops) if active_tools else params.stop),
+            grammar=_grammar(forced, dialect, active_tools, response_format),
+            params=params,
+        )
+
+    def _fit(self, messages: list[dict[str, Any]], params: GenerationParams,
+             tools: ToolRequest | None) -> tuple[list[int], int]:
+        """Token ids of the newest turns that fit, and how many messages were dropped."""
         # Reserve room for the answer, but never more than half the window: a large "max new tokens" on a small
         # model should shorten the answer's room, not drop the whole history.
         reserve = min(params.max_new_tokens, max(1, self.context_window // 2))
@@ -155,40 +186,21 @@ class ChatTemplate:
             raise ClientError(str(exc)) from exc
         except Exception as exc:  # a template that cannot render these messages
             raise ClientError(f"The model's chat template could not render the conversation: {exc}") from exc
-        notice = None
-        if fitted.dropped_messages:
-            notice = (f"Dropped the {fitted.dropped_messages} oldest message(s) so the prompt fits the "
-                      f"{self.context_window}-token context window.")
-        active_tools = tools.active_tools if tools else []
-        # A dialect stop string that is not one token of this vocabulary is matched on the text instead.
-        text_stops = [s for s in dialect.stop_strings if self.single_token_id(s) not in self.stop_token_ids]
-        forced_tools = tools.forced_tools if tools else []
-        # A free-text code body only when it is the one allowed call: then the whole reply is that call.
-        forced = [dialect.constrained_call(tool, allow_code_body=len(forced_tools) == 1) for tool in forced_tools]
-        grammar = None
-        if forced:
-            grammar = call_ebnf(forced)
-            # The grammar already rules out loops; a repetition penalty only bends the call (JSON repeats its
-            # quotes, arguments are copied from the prompt): SmolLM2 at 1.1 wrote calculator({"expression":
-            # "{10}"}) for "What is 17 * 23?" (vLLM counts the prompt), or never closed the call (HF, answer only).
-            params = replace(params, repetition_penalty=1.0)
-        elif response_format is not None and response_format.constrained:
-            # The answer must be this JSON, or (with tools on offer) one of the calls.
-            calls = [dialect.json_call(tool) for tool in active_tools]
-            try:
-                grammar = reply_ebnf(calls, response_format.schema)
-            except Exception as exc:  # xgrammar refuses schemas it cannot turn into a grammar
-                raise ClientError(f"The response format's JSON Schema cannot be enforced: {exc}") from exc
-        return PreparedPrompt(
-            token_ids=list(rendered),
-            max_new_tokens=min(params.max_new_tokens, self.context_window - fitted.token_count),
-            dropped_messages=fitted.dropped_messages,
-            notice=notice,
-            processor=process_response(dialect, active_tools, forced,
-                                       (*params.stop, *text_stops) if active_tools else params.stop),
-            grammar=grammar,
-            params=params,
-        )
+        return list(rendered), fitted.dropped_messages
+
+
+def _grammar(forced: list[ConstrainedCall], dialect: Dialect, offered: list[dict[str, Any]],
+             response_format: ResponseFormat | None) -> str | None:
+    """EBNF for the reply: one of the `forced` calls; else, with a JSON response format, that JSON or a call to one
+    of the `offered` tools; else none (free text)."""
+    if forced:
+        return call_ebnf(forced)
+    if response_format is None or not response_format.constrained:
+        return None
+    try:
+        return reply_ebnf([dialect.json_call(tool) for tool in offered], response_format.schema)
+    except Exception as exc:  # xgrammar refuses schemas it cannot turn into a grammar
+        raise ClientError(f"The response format's JSON Schema cannot be enforced: {exc}") from exc
 
 
 class LocalTemplateClient(ABC):
