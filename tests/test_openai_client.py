@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
 
 from app.agent import ToolSettings, run_turn
-from app.clients.base import ClientError, GenerationParams, ToolRequest
+from app.clients.base import ClientError, GenerationParams, ResponseFormat, ToolRequest
 from app.clients.openai import OpenAIClient
 from app.config import ModelSettings
 from app.conversation import Conversation, Message
@@ -25,6 +26,7 @@ def client_for(base_url, **overrides):
 def test_streams_an_answer_with_usage(vllm_server):
     client = client_for(vllm_server)
     assert client.model == "smollm2" and "smollm2" in client.describe()
+    assert client.capabilities.context_window == 4096  # vLLM's /models says max_model_len
     text, deltas = collect(client, CAPITAL, GenerationParams(temperature=0.0, max_new_tokens=64))
     assert "Paris" in text and len([d for d in deltas if d.text]) > 1
     final = deltas[-1]
@@ -89,3 +91,10 @@ def test_a_bad_request_is_reported(vllm_server):
     client = client_for(vllm_server)
     with pytest.raises(ClientError, match="HTTP 400"):
         collect(client, [{"role": "user", "content": "hi " * 5000}], GenerationParams(max_new_tokens=10))
+
+
+def test_a_json_schema_response_format_goes_to_the_server(vllm_server):
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    text, deltas = collect(client_for(vllm_server), CAPITAL, GenerationParams(temperature=0.0, max_new_tokens=40),
+                           response_format=ResponseFormat("json_schema", schema, name="capital"))
+    assert deltas[-1].finish_reason == "stop" and isinstance(json.loads(text)["city"], str)

@@ -13,6 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel
 
+from app.clients.base import GenerationParams, ToolRequest
 from app.clients.openai import OpenAIClient
 from app.config import ModelSettings
 from app.server import create_app
@@ -149,13 +150,19 @@ def test_eight_concurrent_streams_each_get_their_own_answer(api):
 
 
 def test_the_apps_openai_backend_works_against_this_server(api):
-    from app.clients.base import GenerationParams
-
     client = OpenAIClient(ModelSettings(backend="openai", api_base_url=f"{api}/v1", api_key="secret-key"))
-    assert client.model == MODEL
+    assert client.model == MODEL and client.capabilities.context_window == 8192  # from our /v1/models
     text, deltas = collect(client, [{"role": "user", "content": "What is the capital of France?"}],
                            GenerationParams(temperature=0.0, max_new_tokens=20))
     assert "Paris" in text and deltas[-1].metrics.completion_tokens > 0
+    # A forced call streams through both servers' pieces and comes back whole, with the server's id.
+    request = ToolRequest(tuple(WEATHER), "get_weather")
+    text, deltas = collect(client, [{"role": "user", "content": "Weather in Paris?"}],
+                           GenerationParams(temperature=0.0, max_new_tokens=60), request)
+    call = deltas[-1].tool_calls[0]
+    pieces = [f for d in deltas for f in d.call_fragments]
+    assert text == "" and call.name == "get_weather" and "city" in call.arguments and len(pieces) > 2
+    assert pieces[0].id == call.id and call.id.startswith("call_")
 
 
 class City(BaseModel):
