@@ -126,7 +126,14 @@ def send(page, text, files=()):
 def test_all_tools_the_model_runs_python_and_a_plot_appears(app_url, browser):
     page = open_all_tools(browser, app_url, "python")
     answer = send(page, "Plot [3, 1, 4, 1, 5, 9, 2, 6] with matplotlib.")
+    # While the model writes the call, its program shows as it grows (then the call's card takes its place).
+    answer.get_by_text("Writing a call to python...").wait_for(timeout=120_000)
+    answer.get_by_text("import").first.wait_for(timeout=60_000)
+    assert answer.get_by_text("waiting for the model...").count() == 0
+    page.mouse.move(700, 5)  # no tooltip in the screenshot
+    page.screenshot(path=str(ARTIFACTS / "all-tools-writing.png"), full_page=False)
     answer.get_by_test_id("stImage").first.wait_for(timeout=180_000)
+    assert answer.get_by_text("Writing a call to python...").count() == 0
     answer.get_by_text("python ·").wait_for(timeout=10_000)
     answer.get_by_text("tok/s").nth(1).wait_for(timeout=120_000)
     page.mouse.move(700, 5)  # no tooltip in the screenshot

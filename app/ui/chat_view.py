@@ -184,6 +184,7 @@ def stream_turn(
         card = None
         card_name, card_started = "", 0.0
         writing = st.empty()  # the call the model is writing, live, until its card takes over
+        writing_call = False
         events = run_turn(client, conversation, sidebar.params, sidebar.system_prompt, tools=tools)
         with closing(events):
             for event in events:
@@ -196,9 +197,12 @@ def stream_turn(
                 elif isinstance(event, Waiting):
                     if card is not None:
                         card.update(label=f"Running {card_name}... {time.monotonic() - card_started:.1f} s")
-                    else:
+                    elif not writing_call:
                         body.markdown(text or ":grey[waiting for the model...]")
                 elif isinstance(event, ToolCallWriting):
+                    if not writing_call and not text:
+                        body.empty()  # no "waiting" above a call that is being written
+                    writing_call = True
                     now = time.monotonic()
                     if now - last_flush >= _FLUSH_EVERY_S:
                         _show_call_being_written(writing, event)
@@ -207,6 +211,7 @@ def stream_turn(
                     notices.caption(event.text)
                 elif isinstance(event, AnswerDone):
                     writing.empty()
+                    writing_call = False
                     content = event.message.content or ""
                     body.markdown(transform(content) if transform else content)
                     if not event.message.error and (event.message.content or event.message.tool_calls):
