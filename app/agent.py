@@ -12,11 +12,11 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import closing
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from app.chat_format import process_input
 from app.clients.base import Client, ClientError, GenerationParams, ToolRequest
-from app.conversation import AnswerMetrics, CallFragment, Conversation, Message, ToolCall
+from app.conversation import AnswerMetrics, CallFragment, Conversation, Message, PartialCalls, ToolCall
 from app.tools.registry import ToolRegistry, ToolResult
 
 DEFAULT_MAX_ROUNDS = 4
@@ -135,7 +135,7 @@ def _generate(
     """One generation, streamed; returns the assistant message it appended."""
     answer = Message(role="assistant", metrics=AnswerMetrics())
     parts: list[str] = []
-    writing: dict[int, ToolCallWriting] = {}  # the calls being written, by index
+    writing = PartialCalls()  # the calls being written
     started = time.perf_counter()
     try:
         messages = process_input(conversation, system_prompt)
@@ -200,20 +200,18 @@ def _run_tool(
     return message
 
 
-def _write(writing: dict[int, ToolCallWriting], fragments: list[CallFragment]) -> Iterator[ToolCallWriting]:
-    """Add call pieces to the calls being written (`writing`, by index); snapshots of what changed, a call's name
-    always on its own first."""
+def _write(writing: PartialCalls, fragments: list[CallFragment]) -> Iterator[ToolCallWriting]:
+    """Add call pieces to the calls being written; what changed, a call's name always on its own first."""
     changed: set[int] = set()
     for fragment in fragments:
-        call = writing.setdefault(fragment.index, ToolCallWriting(fragment.index, "", ""))
+        call = writing.add(fragment)
         if fragment.name:
-            call.name += fragment.name
-            yield replace(call)
-        call.arguments += fragment.arguments
-        if fragment.arguments:
+            yield ToolCallWriting(call.index, call.name, call.arguments)
+        elif fragment.arguments:
             changed.add(fragment.index)
-    for index in sorted(changed):
-        yield replace(writing[index])
+    for call in writing:
+        if call.index in changed:
+            yield ToolCallWriting(call.index, call.name, call.arguments)
 
 
 def _check_forced_call(answer: Message, request: ToolRequest | None) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.clients.stop_strings import StopStringFilter
-from app.conversation import CallFragment, Conversation, Message, ToolCall
+from app.conversation import CallFragment, Conversation, Message, PartialCalls, ToolCall
 from app.dialects import ConstrainedCall, Dialect, ParsedResponse, StreamParser
 from app.dialects.base import ForcedCallParser
 
@@ -111,31 +111,27 @@ class NativeCalls:
 
     def __init__(self, tools: Sequence[dict[str, Any]]) -> None:
         self._tools = tools
-        self._slots: dict[int, dict[str, str]] = {}
+        self._calls = PartialCalls()
 
     def add(self, fragments: Sequence[CallFragment]) -> None:
         for fragment in fragments:
-            slot = self._slots.setdefault(fragment.index, {"id": "", "name": "", "arguments": ""})
-            slot["id"] = fragment.id or slot["id"]
-            slot["name"] += fragment.name or ""
-            slot["arguments"] += fragment.arguments
+            self._calls.add(fragment)
 
     def decode(self) -> tuple[list[ToolCall], str | None]:
         calls: list[ToolCall] = []
         problems: list[str] = []
-        for index in sorted(self._slots):
-            slot = self._slots[index]
+        for partial in self._calls:
             try:
-                arguments = json.loads(slot["arguments"] or "{}")
+                arguments = json.loads(partial.arguments or "{}")
             except json.JSONDecodeError:
-                problems.append(f"{slot['name'] or 'a tool'} (arguments are not valid JSON)")
+                problems.append(f"{partial.name or 'a tool'} (arguments are not valid JSON)")
                 continue
-            arguments = self._wrap_lone_argument(arguments, slot["name"])
-            if not slot["name"] or not isinstance(arguments, dict):
-                problems.append(f"{slot['name'] or 'a call without a name'} (not a function call)")
+            arguments = self._wrap_lone_argument(arguments, partial.name)
+            if not partial.name or not isinstance(arguments, dict):
+                problems.append(f"{partial.name or 'a call without a name'} (not a function call)")
                 continue
-            call = ToolCall(name=slot["name"], arguments=arguments)
-            call.id = slot["id"] or call.id
+            call = ToolCall(name=partial.name, arguments=arguments)
+            call.id = partial.id or call.id
             calls.append(call)
         notice = f"The server sent tool calls that could not be used: {', '.join(problems)}." if problems else None
         return calls, notice

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -70,6 +71,33 @@ class CallFragment:
     def whole(cls, index: int, call: ToolCall) -> list[CallFragment]:
         """A finished call as its two pieces: name first, then all of its arguments."""
         return [cls(index, id=call.id, name=call.name), cls(index, json.dumps(call.arguments, ensure_ascii=False))]
+
+
+@dataclass
+class PartialCall:
+    """A tool call as far as its streamed pieces go: the arguments text may be unfinished JSON."""
+
+    index: int
+    id: str = ""
+    name: str = ""
+    arguments: str = ""
+
+
+class PartialCalls:
+    """Tool calls put together from their streamed pieces (`CallFragment`s), by index."""
+
+    def __init__(self) -> None:
+        self._calls: dict[int, PartialCall] = {}
+
+    def add(self, fragment: CallFragment) -> PartialCall:
+        call = self._calls.setdefault(fragment.index, PartialCall(fragment.index))
+        call.id = fragment.id or call.id
+        call.name += fragment.name or ""
+        call.arguments += fragment.arguments
+        return call
+
+    def __iter__(self) -> Iterator[PartialCall]:
+        return iter([self._calls[index] for index in sorted(self._calls)])
 
 
 @dataclass

@@ -18,7 +18,7 @@ from openai.types.chat.chat_completion_message_function_tool_call import ChatCom
 from openai.types.chat.chat_completion_message_function_tool_call import Function
 
 from app.clients.base import Delta
-from app.conversation import AnswerMetrics, CallFragment
+from app.conversation import AnswerMetrics, CallFragment, PartialCalls
 
 FinishReason = Literal["stop", "length", "tool_calls"]
 
@@ -36,17 +36,14 @@ class Reply:
     id: str = field(default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex}")
     created: int = field(default_factory=lambda: int(time.time()))
     text: list[str] = field(default_factory=list)
-    calls: dict[int, dict[str, str]] = field(default_factory=dict)  # as far as their fragments got
+    calls: PartialCalls = field(default_factory=PartialCalls)  # as far as their fragments got
     last: Delta | None = None
 
     def add(self, delta: Delta) -> None:
         self.last = delta
         self.text.append(delta.text)
         for fragment in delta.call_fragments:
-            slot = self.calls.setdefault(fragment.index, {"id": "", "name": "", "arguments": ""})
-            slot["id"] = fragment.id or slot["id"]
-            slot["name"] += fragment.name or ""
-            slot["arguments"] += fragment.arguments
+            self.calls.add(fragment)
 
     @property
     def metrics(self) -> AnswerMetrics:
@@ -62,8 +59,8 @@ class Reply:
         finished = self.last.tool_calls if self.last is not None else []
         calls = [ChatCompletionMessageFunctionToolCall(id=call.id, type="function", function=Function(
             name=call.name, arguments=json.dumps(call.arguments, ensure_ascii=False))) for call in finished] or [
-            ChatCompletionMessageFunctionToolCall(id=slot["id"], type="function", function=Function(
-                name=slot["name"], arguments=slot["arguments"])) for _, slot in sorted(self.calls.items())]
+            ChatCompletionMessageFunctionToolCall(id=partial.id, type="function", function=Function(
+                name=partial.name, arguments=partial.arguments)) for partial in self.calls]
         text = "".join(self.text)
         message = ChatCompletionMessage(role="assistant", content=text or (None if calls else ""),
                                         tool_calls=calls or None)

@@ -89,15 +89,15 @@ def stream_engine(
     processor: ResponseProcessor,
     cancel: threading.Event,
     metrics: AnswerMetrics,
-    error_message: Callable[[BaseException], ClientError] | None = None,
+    to_client_error: Callable[[BaseException], ClientError],
     started: float | None = None,
 ) -> Iterator[Delta]:
     """Stream one reply: start `engine`, turn its outputs into deltas through `processor`, end with a delta that
     carries the finish reason and the tool calls. `metrics` is updated as tokens arrive (prompt tokens and dropped
-    messages are the caller's to fill in; time to first token counts from `started`, default now). Stop
-    (`cancel`), a matched stop string and a consumer that stops reading all abort the engine."""
+    messages are the caller's to fill in; time to first token counts from `started`, default now). An engine
+    failure is raised as `to_client_error(failure)`. Stop (`cancel`), a matched stop string and a consumer that
+    stops reading all abort the engine."""
     reply = _Reply(processor, metrics, started if started is not None else time.perf_counter())
-    to_client_error = error_message or (lambda exc: ClientError(f"Generation failed: {exc}"))
     feed = EngineFeed()
     engine.start(feed)
     try:
