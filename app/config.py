@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,14 +87,27 @@ class ModelSettings:
 
 @dataclass(frozen=True)
 class DocumentSettings:
-    """Uploaded documents."""
+    """Uploaded documents: how much text goes into the conversation, and the limits that keep a hostile file
+    (a zip bomb, a PDF of huge compressed streams) from taking all memory or time before it is refused."""
 
-    max_chars: int = 12000  # how much of one document goes into the conversation (the rest stays in the file)
+    max_chars: int = 12000  # how much of one document goes into the conversation; reading stops there
+    max_unpacked_mb: int = 100  # all one document unpacks to: a DOCX/PPTX's parts, the contents of a PDF's pages
+    max_part_mb: int = 50  # one part unpacked: a file inside a DOCX/PPTX, a compressed stream inside a PDF
+    max_compression_ratio: int = 100  # unpacked : packed size of one DOCX/PPTX part (zip bombs reach ~1000)
+    max_parts: int = 10000  # files inside one DOCX/PPTX
+    max_pdf_pages: int = 2000  # pages read from one PDF (pages without text still take time)
 
     @classmethod
     def from_env(cls) -> DocumentSettings:
         # Empty means the default; anything else must be an integer (a typo fails loudly, not silently).
-        return cls(max_chars=int(os.environ.get("DEMO_DOCUMENT_MAX_CHARS") or cls.max_chars))
+        return cls(
+            max_chars=_int("DEMO_DOCUMENT_MAX_CHARS", cls.max_chars),
+            max_unpacked_mb=_int("DEMO_DOCUMENT_MAX_UNPACKED_MB", cls.max_unpacked_mb),
+            max_part_mb=_int("DEMO_DOCUMENT_MAX_PART_MB", cls.max_part_mb),
+            max_compression_ratio=_int("DEMO_DOCUMENT_MAX_COMPRESSION_RATIO", cls.max_compression_ratio),
+            max_parts=_int("DEMO_DOCUMENT_MAX_PARTS", cls.max_parts),
+            max_pdf_pages=_int("DEMO_DOCUMENT_MAX_PDF_PAGES", cls.max_pdf_pages),
+        )
 
 
 @dataclass(frozen=True)
@@ -149,25 +163,38 @@ class BrowserSettings:
 
 @dataclass(frozen=True)
 class SandboxLimits:
-    """Limits of each session's Python kernel (the kernel passes the first four to its sandboxed child)."""
+    """Limits and isolation of each session's Python kernel (app/tools/sandbox.py builds the sandbox from them)."""
 
-    memory_mb: int = 2048  # address space
-    cpu_s: int = 600
+    memory_mb: int = 2048  # address space of each process
+    cpu_s: int = 600  # CPU seconds of each process
     file_mb: int = 200  # largest file written
-    processes: int = 256  # not enforced by Linux for root
+    disk_mb: int = 512  # everything the kernel writes (its folder is a filesystem of this size)
+    processes: int = 256  # processes and threads inside the sandbox (a kernel alone runs about a dozen threads)
+    output_chars: int = 50_000  # what one cell may print; the rest is cut with a note
     cell_timeout_s: float = 30.0  # a cell running longer is interrupted
     idle_shutdown_s: float = 1800.0  # an idle kernel is shut down
+    isolation: str = "bubblewrap"  # "bubblewrap" (required on Linux) or "none" (resource limits only)
+    network: bool = False  # off: the sandbox's network namespace has only its own loopback
 
     @classmethod
     def from_env(cls) -> SandboxLimits:
         # Every value is read as a float so that "1e3" or "2048.0" work for the integer limits too.
+        isolation = os.environ.get("DEMO_KERNEL_ISOLATION", "").strip().lower()
+        if not isolation:
+            isolation = "bubblewrap" if sys.platform.startswith("linux") else "none"
+        if isolation not in ("bubblewrap", "none"):
+            raise ValueError(f"DEMO_KERNEL_ISOLATION must be 'bubblewrap' or 'none', not {isolation!r}")
         return cls(
             memory_mb=int(_float("DEMO_KERNEL_MEMORY_MB", cls.memory_mb)),
             cpu_s=int(_float("DEMO_KERNEL_CPU_S", cls.cpu_s)),
             file_mb=int(_float("DEMO_KERNEL_FILE_MB", cls.file_mb)),
+            disk_mb=int(_float("DEMO_KERNEL_DISK_MB", cls.disk_mb)),
             processes=int(_float("DEMO_KERNEL_PROCESSES", cls.processes)),
+            output_chars=int(_float("DEMO_KERNEL_OUTPUT_CHARS", cls.output_chars)),
             cell_timeout_s=_float("DEMO_KERNEL_CELL_TIMEOUT_S", cls.cell_timeout_s),
             idle_shutdown_s=_float("DEMO_KERNEL_IDLE_S", cls.idle_shutdown_s),
+            isolation=isolation,
+            network=os.environ.get("DEMO_KERNEL_NETWORK", "").strip().lower() in ("1", "true", "yes", "on"),
         )
 
 
@@ -178,6 +205,11 @@ class ServerSettings:
     host: str = "127.0.0.1"  # loopback only unless asked: the API has no key by default
     api_key: str | None = None
     cors_origins: str = ""  # comma-separated browser origins; none by default
+    # A chat request over these is refused (413) before any model work: fitting a prompt costs time per message.
+    max_messages: int = 2000
+    max_chars: int = 1_000_000  # characters of text in all messages together
+    # On SIGTERM, requests still running after this are cancelled (their generations stop) and the process exits.
+    shutdown_timeout_s: float = 2.0
 
     @classmethod
     def from_env(cls) -> ServerSettings:
@@ -185,6 +217,9 @@ class ServerSettings:
             host=os.environ.get("HOST", "127.0.0.1"),
             api_key=os.environ.get("DEMO_SERVER_API_KEY") or None,
             cors_origins=os.environ.get("DEMO_SERVER_CORS_ORIGINS", ""),
+            max_messages=_int("DEMO_SERVER_MAX_MESSAGES", cls.max_messages),
+            max_chars=_int("DEMO_SERVER_MAX_CHARS", cls.max_chars),
+            shutdown_timeout_s=_float("DEMO_SERVER_SHUTDOWN_TIMEOUT_S", cls.shutdown_timeout_s),
         )
 
 

@@ -21,7 +21,7 @@ def test_the_page_offers_session_tools_and_says_what_the_sandbox_promises(app):
     assert "generate_image" not in options  # not configured
     about = next(e for e in app.expander if e.label.startswith("What the tools can do"))
     text = "".join(m.value for m in about.markdown)
-    assert "not** an isolated container" in text and "DEMO_IMAGE_API_URL" in text
+    assert "a bubblewrap sandbox" in text and "cannot see the app's files" in text and "DEMO_IMAGE_API_URL" in text
     assert app.button(key="restart_kernel")
 
 

@@ -62,7 +62,7 @@ def test_the_environment_is_scrubbed_and_the_folder_is_private(kernel):
     assert os.environ.get("HF_HUB_OFFLINE")  # the app's environment has variables the kernel must not inherit
     result = kernel.execute("import os\nprint(os.getcwd())\nprint('HF_HUB_OFFLINE' in os.environ)")
     cwd, leaked = result.text().splitlines()
-    assert cwd == str(kernel.workdir) and leaked == "False"
+    assert cwd == kernel.working_folder and leaked == "False"
 
 
 def test_a_dead_kernel_is_restarted_with_a_clear_note(tmp_path):
@@ -70,7 +70,7 @@ def test_a_dead_kernel_is_restarted_with_a_clear_note(tmp_path):
     try:
         session.execute("x = 1")
         died = session.execute("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")
-        assert "kernel died" in died.text()
+        assert "kernel died" in died.text() and not died.ok
         assert "earlier variables are gone" in died.text()
         assert session.execute("print('x' in globals())").text() == "False"  # a fresh kernel answers
     finally:
@@ -84,7 +84,8 @@ def test_two_sessions_do_not_share_variables_or_folders():
         assert "NameError" in second.kernel.execute("print(secret)").text()
         assert first.folder != second.folder
         first.save_upload("data.csv", b"a,b\n1,2\n")
-        assert (first.folder / "data.csv").is_file() and not (second.folder / "data.csv").exists()
+        assert (first.folder / "uploads" / "data.csv").is_file()
+        assert not (second.folder / "uploads" / "data.csv").exists()
         found = first.kernel.execute("print(open('data.csv').read().splitlines()[1])").text()
         assert found == "1,2"
     finally:

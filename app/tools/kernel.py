@@ -1,5 +1,7 @@
-"""One Jupyter kernel per browser session: started lazily, every output of a cell collected in order, a cell that
-runs too long interrupted (so its output cannot leak into the next cell), a dead kernel restarted."""
+"""One Jupyter kernel per browser session: started lazily inside its sandbox (app/tools/sandbox.py), every output
+of a cell collected in order and capped, a cell that runs too long interrupted (so its output cannot leak into the
+next cell), a dead kernel restarted. The kernel is reached over Unix sockets in the session's folder, never a TCP
+port."""
 
 from __future__ import annotations
 
@@ -9,22 +11,27 @@ import logging
 import os
 import queue
 import re
-import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import zmq
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 
-from app.config import SandboxLimits, cache_dir
+from app.config import SandboxLimits
+from app.tools import sandbox
+from app.tools.sandbox import SessionLayout
 
 log = logging.getLogger(__name__)
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _KERNEL_NAME = "composite-demo-sandbox"
-_SANDBOX_SCRIPT = Path(__file__).with_name("sandbox_kernel.py")
+# A message bigger than this from the kernel drops its connection instead of filling the app's memory (plots are a
+# few MB at most; text is capped far below it, in the kernel and again here).
+_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 # Variables the kernel keeps from the app's environment; everything else (API keys, tokens...) is dropped.
 _KEPT_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "SYSTEMROOT")
 
@@ -40,11 +47,13 @@ class CellOutput:
 class CellResult:
     outputs: list[CellOutput] = field(default_factory=list)
     timed_out: bool = False
+    died: bool = False  # the kernel stopped while running the cell
     notes: list[str] = field(default_factory=list)  # what happened to the kernel itself (restarted, died...)
+    text_chars: int = 0  # characters of text kept so far, for the output cap
 
     @property
     def ok(self) -> bool:
-        return not self.timed_out and not any(o.kind == "error" for o in self.outputs)
+        return not self.timed_out and not self.died and not any(o.kind == "error" for o in self.outputs)
 
     @property
     def images(self) -> list[bytes]:
@@ -64,27 +73,30 @@ class CellResult:
         return "\n".join(p for p in (body or ("" if notes else "(no output)"), notes) if p)
 
 
-def _kernel_spec_dir() -> Path:
-    """A kernel spec whose command starts ipykernel through our resource-limiting launcher."""
-    folder = cache_dir() / "kernels"
-    spec = folder / _KERNEL_NAME / "kernel.json"
-    argv = [sys.executable, str(_SANDBOX_SCRIPT), "-f", "{connection_file}"]
-    content = {"argv": argv, "display_name": "Composite demo sandbox", "language": "python"}
-    if not spec.is_file() or json.loads(spec.read_text()) != content:
-        spec.parent.mkdir(parents=True, exist_ok=True)
-        spec.write_text(json.dumps(content))
-    return folder
+def _write_kernel_spec(layout: SessionLayout, limits: SandboxLimits) -> Path:
+    """This session's kernel spec: its command is ipykernel inside the session's sandbox. Interrupts go as a
+    message on the control socket, because a signal to the sandbox's launcher would not reach the kernel."""
+    spec = layout.specs / _KERNEL_NAME / "kernel.json"
+    content = {"argv": sandbox.kernel_argv(layout, limits), "display_name": "Composite demo sandbox",
+               "language": "python", "interrupt_mode": "message"}
+    spec.parent.mkdir(parents=True, exist_ok=True)
+    spec.write_text(json.dumps(content))
+    return layout.specs
 
 
 class KernelSession:
-    """A kernel for one browser session, working in its own folder. Thread-safe: one cell at a time."""
+    """A kernel for one browser session, with its own folder. Thread-safe: one cell at a time."""
 
-    def __init__(self, workdir: Path, limits: SandboxLimits | None = None) -> None:
-        self.workdir = workdir
+    def __init__(self, folder: Path, limits: SandboxLimits | None = None) -> None:
+        self.layout = SessionLayout(folder)
         self.limits = limits or SandboxLimits.from_env()
         self._manager: KernelManager | None = None
+        self._context: zmq.Context | None = None
         self._client = None
         self._lock = threading.RLock()
+        # bubblewrap dies with the thread that started it (PR_SET_PDEATHSIG follows threads, not processes), so
+        # kernels are started from this session's own long-lived thread, never from a tool call's passing one.
+        self._launcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kernel-launcher")
         self._running_msg: str | None = None
         self.last_used = time.monotonic()
         self._closed = False
@@ -96,32 +108,57 @@ class KernelSession:
     def started(self) -> bool:
         return self._manager is not None
 
-    def _environment(self) -> dict[str, str]:
+    @property
+    def working_folder(self) -> str:
+        """The kernel's current folder, as the code running in it sees it."""
+        return sandbox.working_folder(self.layout, self.limits)
+
+    def _environment(self, uid: int | None) -> dict[str, str]:
         env = {name: os.environ[name] for name in _KEPT_ENV if name in os.environ}
+        home = self.working_folder
         env.update(
-            HOME=str(self.workdir),
-            TMPDIR=str(self.workdir / ".tmp"),
-            MPLCONFIGDIR=str(self.workdir / ".matplotlib"),
+            HOME=home,
+            TMPDIR=f"{home}/.tmp",
+            MPLCONFIGDIR=f"{home}/.matplotlib",
             MPLBACKEND="module://matplotlib_inline.backend_inline",
             PYTHONUNBUFFERED="1",
             DEMO_SANDBOX_MEMORY_MB=str(self.limits.memory_mb),
             DEMO_SANDBOX_CPU_S=str(self.limits.cpu_s),
             DEMO_SANDBOX_FILE_MB=str(self.limits.file_mb),
             DEMO_SANDBOX_PROCESSES=str(self.limits.processes),
+            DEMO_SANDBOX_OUTPUT_CHARS=str(self.limits.output_chars),
+            DEMO_SANDBOX_UPLOADS=sandbox.uploads_folder(self.layout, self.limits),
         )
+        if uid is not None:
+            env["DEMO_SANDBOX_UID"] = str(uid)
         return env
 
     def _start(self) -> None:
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        (self.workdir / ".tmp").mkdir(exist_ok=True)
+        """Start the kernel in its sandbox; SandboxUnavailable when the configured isolation cannot be had."""
+        self._launcher.submit(self._launch).result()
+
+    def _launch(self) -> None:
+        sandbox.check_available(self.limits)
+        layout = self.layout
+        layout.create()
+        uid = sandbox.sandbox_uid(layout) if self.limits.isolation != "none" else None
+        run = layout.run
+        if uid is not None:
+            os.chown(run, uid, uid)  # the kernel, as its own user, creates its sockets here
+        context = zmq.Context()
+        context.setsockopt(zmq.MAXMSGSIZE, _MAX_MESSAGE_BYTES)
         manager = KernelManager(
             kernel_name=_KERNEL_NAME,
-            kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(_kernel_spec_dir())]),
-            # Unix sockets in the session folder instead of TCP ports on 127.0.0.1 other local users could reach.
+            kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(_write_kernel_spec(layout, self.limits))]),
             transport="ipc",
-            ip=str(self.workdir / ".kernel"),
+            ip=str(run / "kernel"),
+            connection_file=str(run / "connection.json"),
+            context=context,
         )
-        manager.start_kernel(env=self._environment(), cwd=str(self.workdir))
+        manager.write_connection_file()
+        if uid is not None:
+            os.chown(manager.connection_file, uid, uid)
+        manager.start_kernel(env=self._environment(uid), cwd=str(layout.work))
         client = manager.client()
         client.start_channels()
         try:
@@ -129,13 +166,18 @@ class KernelSession:
         except RuntimeError:
             client.stop_channels()
             manager.shutdown_kernel(now=True)
+            context.destroy(linger=0)
             raise
-        self._manager, self._client = manager, client
-        log.info("Started a sandboxed kernel in %s", self.workdir)
+        if uid is not None:  # its sockets exist: from now on the kernel cannot write in this host folder at all
+            os.chown(run, 0, 0)
+            run.chmod(0o755)
+        self._manager, self._client, self._context = manager, client, context
+        log.info("Started a kernel (%s) for %s", self.limits.isolation, layout.folder)
 
     def _stop(self) -> None:
-        manager, client = self._manager, self._client
-        self._manager = self._client = None
+        """Kill the kernel: with bubblewrap, killing its launcher ends every process in its PID namespace."""
+        manager, client, context = self._manager, self._client, self._context
+        self._manager = self._client = self._context = None
         if client is not None:
             client.stop_channels()
         if manager is not None:
@@ -143,6 +185,9 @@ class KernelSession:
                 manager.shutdown_kernel(now=True)
             except Exception:  # already dead
                 log.debug("kernel shutdown", exc_info=True)
+            manager.cleanup_resources()
+        if context is not None:
+            context.destroy(linger=0)
 
     def restart(self) -> None:
         with self._lock:
@@ -153,6 +198,7 @@ class KernelSession:
         self._closed = True
         with self._lock:
             self._stop()
+        self._launcher.shutdown(wait=False)
 
     def _shutdown_when_idle(self) -> None:
         while not self._closed:
@@ -160,7 +206,7 @@ class KernelSession:
             if self.started and time.monotonic() - self.last_used > self.limits.idle_shutdown_s:
                 with self._lock:
                     if time.monotonic() - self.last_used > self.limits.idle_shutdown_s:
-                        log.info("Shutting down an idle kernel in %s", self.workdir)
+                        log.info("Shutting down an idle kernel in %s", self.layout.folder)
                         self._stop()
 
     # ----- running code ----------------------------------------------------------------------------------
@@ -212,6 +258,7 @@ class KernelSession:
                     message = self._client.get_iopub_msg(timeout=0.2)
                 except queue.Empty:
                     if not self._manager.is_alive():
+                        result.died = True
                         result.notes.append("[The Python kernel died while running this cell (out of memory or CPU "
                                             "time?). It will restart on the next call; earlier variables are gone.]")
                         self._stop()
@@ -219,31 +266,46 @@ class KernelSession:
                     continue
                 if message.get("parent_header", {}).get("msg_id") != msg_id:
                     continue  # output of an earlier, interrupted cell: never mixed into this one
-                if self._collect(message, result):
+                # The kernel cuts at output_chars with its own note; this is the backstop for code that undid that.
+                if self._collect(message, result, self.limits.output_chars + 1000):
                     return
         finally:
             self._running_msg = None
 
     @staticmethod
-    def _collect(message: dict, result: CellResult) -> bool:
-        """Add one iopub message to the result; True once the cell is finished."""
+    def _collect(message: dict, result: CellResult, max_chars: int) -> bool:
+        """Add one iopub message to the result; True once the cell is finished. Text beyond `max_chars` per cell is
+        dropped with one note (the kernel caps its own output too, but code can undo that)."""
         kind, content = message["msg_type"], message["content"]
         if kind == "status" and content.get("execution_state") == "idle":
             return True
         if kind == "stream":
-            if result.outputs and result.outputs[-1].kind == "text":
-                result.outputs[-1].text += content.get("text", "")
-            else:
-                result.outputs.append(CellOutput("text", content.get("text", "")))
+            _add_text(result, str(content.get("text", "")), max_chars)
         elif kind in ("execute_result", "display_data"):
             data = content.get("data", {})
             if "image/png" in data:
                 result.outputs.append(CellOutput("image", png=base64.b64decode(data["image/png"])))
             elif "text/plain" in data:
-                result.outputs.append(CellOutput("text", data["text/plain"] + "\n"))
+                _add_text(result, str(data["text/plain"]) + "\n", max_chars, new_output=True)
         elif kind == "error":
-            traceback = _ANSI.sub("", "\n".join(content.get("traceback", [])))
+            traceback = _ANSI.sub("", "\n".join(content.get("traceback", []))[: max_chars])
             result.outputs.append(CellOutput("error", traceback or f"{content.get('ename')}: {content.get('evalue')}"))
         elif kind == "clear_output":
             result.outputs.clear()
+            result.text_chars = 0
         return False
+
+
+def _add_text(result: CellResult, text: str, max_chars: int, new_output: bool = False) -> None:
+    room = max_chars - result.text_chars
+    if room <= 0:
+        return
+    if len(text) > room:
+        text = text[:room] + f"\n[Output cut: the cell printed more than {max_chars:,} characters.]\n"
+        result.text_chars = max_chars
+    else:
+        result.text_chars += len(text)
+    if not new_output and result.outputs and result.outputs[-1].kind == "text":
+        result.outputs[-1].text += text
+    else:
+        result.outputs.append(CellOutput("text", text))

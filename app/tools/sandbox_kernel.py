@@ -1,13 +1,16 @@
-"""Starts an IPython kernel under resource limits. Run as a script by the kernel spec that app/tools/kernel.py
-writes, never imported by the app: `python sandbox_kernel.py -f <connection file>`.
+"""Starts an IPython kernel under resource limits. Run as a script by the session's kernel spec (app/tools/
+sandbox.py builds it), inside bubblewrap unless isolation is off; never imported by the app:
+`python sandbox_kernel.py --startup <startup file> -f <connection file>`.
 
-Limits come from DEMO_SANDBOX_* variables (removed before user code runs): address space (so a huge allocation
-raises MemoryError inside the kernel), CPU seconds, file size, and number of processes (not enforced by Linux for
-root). The kernel starts in its session folder with the environment the app chose for it.
+Its settings come from DEMO_SANDBOX_* variables, removed before user code runs:
+- DEMO_SANDBOX_UID: set when the app runs as root; the kernel switches to this user id (no capability survives).
+- DEMO_SANDBOX_MEMORY_MB / CPU_S / FILE_MB / PROCESSES: address space, CPU seconds, file size and process limits.
+`no_new_privs` is set, so no set-user-id program can give the code back the privileges it dropped.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import resource
 import sys
@@ -18,6 +21,20 @@ _LIMITS = {
     "DEMO_SANDBOX_FILE_MB": (resource.RLIMIT_FSIZE, 1024 * 1024),
     "DEMO_SANDBOX_PROCESSES": (resource.RLIMIT_NPROC, 1),
 }
+_PR_SET_NO_NEW_PRIVS = 38
+
+
+def drop_privileges() -> None:
+    uid = os.environ.pop("DEMO_SANDBOX_UID", "").strip()
+    if sys.platform.startswith("linux"):
+        if ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+    if uid and os.geteuid() == 0:
+        os.setgroups([])
+        os.setgid(int(uid))
+        os.setuid(int(uid))
+        if os.geteuid() == 0 or os.getuid() == 0:
+            raise SystemExit("the sandbox could not drop root")
 
 
 def apply_limits() -> None:
@@ -31,9 +48,27 @@ def apply_limits() -> None:
             resource.setrlimit(limit, (amount, amount if limit != resource.RLIMIT_CPU else amount + 5))
 
 
-if __name__ == "__main__":
+def prepare_home() -> None:
+    for variable in ("TMPDIR", "MPLCONFIGDIR"):
+        if os.environ.get(variable):
+            os.makedirs(os.environ[variable], exist_ok=True)
+
+
+def main(argv: list[str]) -> None:
+    drop_privileges()
     apply_limits()
+    prepare_home()
+    # ipykernel would poll JPY_PARENT_PID and quit: inside a PID namespace its parent is never that process.
+    os.environ.pop("JPY_PARENT_PID", None)
+    startup = argv[argv.index("--startup") + 1]
+    connection = argv[argv.index("-f") + 1]
     sys.path = [p for p in sys.path if p and os.path.abspath(p) != os.path.dirname(os.path.abspath(__file__))]
     from ipykernel import kernelapp
 
+    # parent_handle=1: no parent poller and no console banner (the app, not a terminal, is this kernel's client).
+    sys.argv = [sys.argv[0], "-f", connection, f"--IPKernelApp.exec_files={startup}", "--IPKernelApp.parent_handle=1"]
     kernelapp.launch_new_instance()
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -276,11 +276,12 @@ def user_message(submitted: Any, on_upload: Callable[[str, bytes], None] | None 
     for upload in files:
         data = upload.getvalue()
         try:
-            attachments.append(document_attachment(upload.name, data))
+            attachment = document_attachment(upload.name, data)
             if on_upload is not None:
                 on_upload(upload.name, data)
         except DocumentError as exc:
-            attachments.append(Attachment(kind="document", name=upload.name, note=f"not read: {exc}"))
+            attachment = Attachment(kind="document", name=upload.name, note=f"not read: {exc}")
+        attachments.append(attachment)
     if not text.strip() and not attachments:
         return None
     return Message(role="user", content=text.strip(), attachments=attachments)

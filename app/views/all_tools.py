@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app.tools import load_tools
+from app.tools import load_tools, sandbox
 from app.tools.documents import UPLOAD_TYPES
 from app.ui import sidebar, state, tool_settings
 from app.ui.chat_view import answer_if_asked, render_history
@@ -21,25 +21,33 @@ tools_of_session = session_tools()
 st.title("All Tools")
 client = load_client(settings.model)
 tools = tool_settings.render(client, PAGE, load_tools().merged(tools_of_session.registry()))
+python_unavailable = tools_of_session.python_unavailable
 with sidebar.page_section():
-    if st.button("Restart Python kernel", key="restart_kernel", width="stretch",
-                 help="A fresh kernel: variables are lost, files in the session folder stay."):
+    if not python_unavailable and st.button(
+            "Restart Python kernel", key="restart_kernel", width="stretch",
+            help="A fresh kernel: variables and the files it wrote are lost; uploaded files stay."):
         with st.spinner("Restarting the kernel..."):
             tools_of_session.kernel.restart()
         st.toast("The Python kernel was restarted.", icon=":material/restart_alt:")
 if client is not None:
     st.caption(client.describe())
+if python_unavailable:
+    st.warning(f"The Python tool is off. {python_unavailable}", icon=":material/shield:")
 with st.expander("What the tools can do, and what the Python sandbox does and does not promise"):
     limits = tools_of_session.kernel.limits
+    isolated = limits.isolation != "none"
     st.markdown(
         f"""
-- **python** runs code in a Jupyter kernel that belongs to this browser tab only. It starts in a private folder
-  (uploaded files are copied there), with an environment stripped of secrets, and with limits on memory
-  ({limits.memory_mb} MB), CPU time ({limits.cpu_s} s), file size ({limits.file_mb} MB) and processes; each cell
-  stops after {limits.cell_timeout_s:g} s. The kernel shuts down when the tab closes or after
+- **python** runs code in a Jupyter kernel that belongs to this browser tab only, isolated by
+  {sandbox.describe(limits)}. Limits: memory ({limits.memory_mb} MB a process), CPU time ({limits.cpu_s} s),
+  {limits.processes} processes, files ({limits.file_mb} MB each, {limits.disk_mb} MB in all), output
+  ({limits.output_chars:,} characters a cell); each cell stops after {limits.cell_timeout_s:g} s. Uploaded files
+  are in its folder, read-only. The kernel and everything it started end when the tab closes or after
   {limits.idle_shutdown_s / 60:g} idle minutes.
-- It is **not** an isolated container: code can read files the app's user can read and can use the network. Do not
-  run this demo where the model (or whoever talks to it) must not touch the machine.
+- {"Code cannot see the app's files, its settings or other sessions, reach the app's ports or the network, or "
+   "signal the app's processes." if isolated else
+   "**Not isolated**: code can read files the app's user can read and can use the network. Do not run this demo "
+   "where the model (or whoever talks to it) must not touch the machine."}
 - **web_search**, **open_url** and **mclick** read the web; sources are numbered and cited as links. Local and
   private addresses are refused unless allowed with `DEMO_BROWSER_ALLOW`.
 - **generate_image** is {"available" if tools_of_session.image_api else
