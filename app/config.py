@@ -166,6 +166,7 @@ class SandboxLimits:
     """Limits and isolation of each session's Python kernel (app/tools/sandbox.py builds the sandbox from them)."""
 
     memory_mb: int = 2048  # address space of each process
+    total_memory_mb: int = 4096  # all processes of the sandbox and its files together (where a cgroup can be made)
     cpu_s: int = 600  # CPU seconds of each process
     file_mb: int = 200  # largest file written
     disk_mb: int = 512  # everything the kernel writes (its folder is a filesystem of this size)
@@ -186,6 +187,7 @@ class SandboxLimits:
             raise ValueError(f"DEMO_KERNEL_ISOLATION must be 'bubblewrap' or 'none', not {isolation!r}")
         return cls(
             memory_mb=int(_float("DEMO_KERNEL_MEMORY_MB", cls.memory_mb)),
+            total_memory_mb=int(_float("DEMO_KERNEL_TOTAL_MEMORY_MB", cls.total_memory_mb)),
             cpu_s=int(_float("DEMO_KERNEL_CPU_S", cls.cpu_s)),
             file_mb=int(_float("DEMO_KERNEL_FILE_MB", cls.file_mb)),
             disk_mb=int(_float("DEMO_KERNEL_DISK_MB", cls.disk_mb)),

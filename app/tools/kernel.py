@@ -24,6 +24,7 @@ from jupyter_client.manager import KernelManager
 from app.config import SandboxLimits
 from app.tools import sandbox
 from app.tools.sandbox import SessionLayout
+from app.tools.sandbox_cgroup import SandboxCgroup
 
 log = logging.getLogger(__name__)
 
@@ -73,11 +74,11 @@ class CellResult:
         return "\n".join(p for p in (body or ("" if notes else "(no output)"), notes) if p)
 
 
-def _write_kernel_spec(layout: SessionLayout, limits: SandboxLimits) -> Path:
+def _write_kernel_spec(layout: SessionLayout, limits: SandboxLimits, cgroup: SandboxCgroup | None) -> Path:
     """This session's kernel spec: its command is ipykernel inside the session's sandbox. Interrupts go as a
     message on the control socket, because a signal to the sandbox's launcher would not reach the kernel."""
     spec = layout.specs / _KERNEL_NAME / "kernel.json"
-    content = {"argv": sandbox.kernel_argv(layout, limits), "display_name": "Composite demo sandbox",
+    content = {"argv": sandbox.kernel_argv(layout, limits, cgroup), "display_name": "Composite demo sandbox",
                "language": "python", "interrupt_mode": "message"}
     spec.parent.mkdir(parents=True, exist_ok=True)
     spec.write_text(json.dumps(content))
@@ -92,6 +93,7 @@ class KernelSession:
         self.limits = limits or SandboxLimits.from_env()
         self._manager: KernelManager | None = None
         self._context: zmq.Context | None = None
+        self._cgroup: SandboxCgroup | None = None
         self._client = None
         self._lock = threading.RLock()
         # bubblewrap dies with the thread that started it (PR_SET_PDEATHSIG follows threads, not processes), so
@@ -145,11 +147,15 @@ class KernelSession:
         run = layout.run
         if uid is not None:
             os.chown(run, uid, uid)  # the kernel, as its own user, creates its sockets here
+        if self.limits.isolation != "none":
+            self._cgroup = SandboxCgroup.make(f"composite-demo-{layout.folder.name}", self.limits.total_memory_mb,
+                                              self.limits.processes)
         context = zmq.Context()
         context.setsockopt(zmq.MAXMSGSIZE, _MAX_MESSAGE_BYTES)
+        specs = _write_kernel_spec(layout, self.limits, self._cgroup)
         manager = KernelManager(
             kernel_name=_KERNEL_NAME,
-            kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(_write_kernel_spec(layout, self.limits))]),
+            kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(specs)]),
             transport="ipc",
             ip=str(run / "kernel"),
             connection_file=str(run / "connection.json"),
@@ -167,6 +173,7 @@ class KernelSession:
             client.stop_channels()
             manager.shutdown_kernel(now=True)
             context.destroy(linger=0)
+            self._remove_cgroup()
             raise
         if uid is not None:  # its sockets exist: from now on the kernel cannot write in this host folder at all
             os.chown(run, 0, 0)
@@ -188,6 +195,18 @@ class KernelSession:
             manager.cleanup_resources()
         if context is not None:
             context.destroy(linger=0)
+        self._remove_cgroup()
+
+    def _remove_cgroup(self) -> None:
+        cgroup, self._cgroup = self._cgroup, None
+        if cgroup is not None:
+            cgroup.remove()
+
+    def _death_reason(self) -> str:
+        """What most likely killed the kernel, for the note the model and the user read."""
+        if self._cgroup is not None and self._cgroup.out_of_memory():
+            return f"it ran out of memory: {self.limits.total_memory_mb} MB for all its processes and files"
+        return "out of memory or CPU time?"
 
     def restart(self) -> None:
         with self._lock:
@@ -259,8 +278,8 @@ class KernelSession:
                 except queue.Empty:
                     if not self._manager.is_alive():
                         result.died = True
-                        result.notes.append("[The Python kernel died while running this cell (out of memory or CPU "
-                                            "time?). It will restart on the next call; earlier variables are gone.]")
+                        result.notes.append(f"[The Python kernel died while running this cell ({self._death_reason()}"
+                                            "). It will restart on the next call; earlier variables are gone.]")
                         self._stop()
                         return
                     continue

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.config import SandboxLimits
+from app.tools.sandbox_cgroup import SandboxCgroup, cgroups_possible
 
 # Inside the sandbox: where the kernel works, and where the two scripts that start it are mounted.
 SANDBOX_HOME = "/home/sandbox"
@@ -157,18 +158,22 @@ def bubblewrap_prefix(layout: SessionLayout, limits: SandboxLimits) -> list[str]
         "--ro-bind", str(layout.uploads), f"{SANDBOX_HOME}/uploads",
         *_bind(LAUNCHER, f"{SANDBOX_SCRIPTS}/{LAUNCHER.name}"),
         *_bind(STARTUP, f"{SANDBOX_SCRIPTS}/{STARTUP.name}"),
+        # The folders bubblewrap made for the mounts live in an unlimited tmpfs the kernel's user may own.
+        "--remount-ro", "/",
         "--chdir", SANDBOX_HOME,
         "--",
     ]
 
 
-def kernel_argv(layout: SessionLayout, limits: SandboxLimits) -> list[str]:
-    """The kernel spec's argv: ipykernel started by our launcher, inside bubblewrap unless isolation is off."""
+def kernel_argv(layout: SessionLayout, limits: SandboxLimits, cgroup: SandboxCgroup | None = None) -> list[str]:
+    """The kernel spec's argv: ipykernel started by our launcher, inside bubblewrap unless isolation is off, in
+    the sandbox's cgroup when there is one."""
     if limits.isolation == "none":
         return [sys.executable, str(LAUNCHER), "--startup", str(STARTUP), "-f", "{connection_file}"]
     scripts = SANDBOX_SCRIPTS
+    join = cgroup.join_command() if cgroup is not None else []
     network = [sys.executable, str(NETWORK_LAUNCHER)] if limits.network else []
-    return [*network, *bubblewrap_prefix(layout, limits), sys.executable, f"{scripts}/{LAUNCHER.name}",
+    return [*join, *network, *bubblewrap_prefix(layout, limits), sys.executable, f"{scripts}/{LAUNCHER.name}",
             "--startup", f"{scripts}/{STARTUP.name}", "-f", "{connection_file}"]
 
 
@@ -232,5 +237,7 @@ def describe(limits: SandboxLimits) -> str:
         return ("resource limits only (DEMO_KERNEL_ISOLATION=none): the code can read what the app's user can read "
                 "and use the network")
     network = "no network" if not limits.network else "the network but not this machine's loopback"
-    return (f"a bubblewrap sandbox: its own processes, {network}, a {limits.disk_mb} MB folder, the system "
-            "read-only; the app's files and other sessions are out of sight")
+    memory = (f"{limits.total_memory_mb} MB of memory in all" if cgroups_possible() else
+              f"{limits.memory_mb} MB of memory a process (no cgroup could be made for a total)")
+    return (f"a bubblewrap sandbox: its own processes, {network}, a {limits.disk_mb} MB folder, {memory}, the "
+            "system read-only; the app's files and other sessions are out of sight")
