@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import ipaddress
+import socket
 from urllib.parse import parse_qs, urlparse
 
 import pytest
 
+from app.tools import net_guard
 from app.tools.browser import WebBrowser, cited_sources
+from app.tools.net_guard import check_url
 from app.tools.registry import ToolError
 from harness.local_http import json_reply, serve
 from tests.helpers import ARTICLE, html, pdf_bytes
@@ -18,6 +22,7 @@ def site(monkeypatch):
         "/article": html(ARTICLE),
         "/redirect-home": lambda h, b: (302, {"Location": "/article"}, b""),
         "/redirect-metadata": lambda h, b: (302, {"Location": "http://169.254.169.254/latest/meta-data"}, b""),
+        "/redirect-nat64": lambda h, b: (302, {"Location": f"http://[64:ff9b::7f00:1]:{h.server.server_port}/"}, b""),
         "/image.png": lambda h, b: (200, {"Content-Type": "image/png"}, b"\x89PNG\r\n"),
         "/huge": lambda h, b: (200, {"Content-Type": "text/plain"}, b"x" * (4 * 1024 * 1024)),
         "/notes.txt": lambda h, b: (200, {"Content-Type": "text/plain; charset=latin-1"}, "Café crème".encode("latin-1")),
@@ -95,3 +100,80 @@ def test_offline_search_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("DEMO_SEARXNG_URL", "http://127.0.0.1:9")
     with pytest.raises(ToolError, match="SearXNG server at http://127.0.0.1:9 failed"):
         WebBrowser().web_search("anything")
+
+
+# ----- the SSRF guard itself: addresses are only resolved (numeric hosts need no network), never connected to ---
+
+def _refusal(url: str) -> str:
+    with pytest.raises(ToolError, match="private, local or reserved address") as caught:
+        check_url(url)
+    return str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "host, leads_to",
+    [
+        ("[::127.0.0.1]", "127.0.0.1"),  # IPv4-compatible
+        ("[::ffff:127.0.0.1]", "127.0.0.1"),  # IPv4-mapped
+        ("[::ffff:0:7f00:1]", "127.0.0.1"),  # SIIT, IPv4-translated
+        ("[64:ff9b::7f00:1]", "127.0.0.1"),  # NAT64 well-known prefix
+        ("[64:ff9b::a9fe:a9fe]", "169.254.169.254"),  # NAT64 to the cloud metadata address
+        ("[64:ff9b::a00:1]", "10.0.0.1"),
+        ("[2002:7f00:1::]", "127.0.0.1"),  # 6to4
+        ("[2002:a9fe:a9fe::1]", "169.254.169.254"),
+    ],
+)
+def test_ipv6_forms_of_private_ipv4_addresses_are_refused(host, leads_to, monkeypatch):
+    monkeypatch.delenv("DEMO_BROWSER_ALLOW", raising=False)
+    assert f"(which leads to {leads_to})" in _refusal(f"http://{host}/latest/meta-data")
+
+
+@pytest.mark.parametrize("host", ["2130706433", "0177.0.0.1", "127.1", "0x7f.1", "0x7f000001", "017700000001"])
+def test_odd_spellings_of_loopback_are_judged_by_their_address(host, monkeypatch):
+    monkeypatch.delenv("DEMO_BROWSER_ALLOW", raising=False)
+    assert "resolves to 127.0.0.1," in _refusal(f"http://{host}:8080/")
+
+
+@pytest.mark.parametrize("address", ["64:ff9b::7f00:1", "::ffff:169.254.169.254", "fd00::1", "64:ff9b:1::5db8:d822"])
+def test_a_host_name_resolving_to_a_private_form_is_refused(address, monkeypatch):
+    # DNS (or DNS64) hands out these forms for ordinary names: the resolved address is what is judged.
+    monkeypatch.delenv("DEMO_BROWSER_ALLOW", raising=False)
+    answer = [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", (address, 80, 0, 0))]
+    monkeypatch.setattr(net_guard.socket, "getaddrinfo", lambda *args, **kwargs: answer)
+    shown = ipaddress.ip_address(address)  # as Python spells it (::ffff:a9fe:a9fe before 3.13)
+    assert f"intranet.example.com resolves to {shown}" in _refusal("http://intranet.example.com/")
+
+
+def test_a_redirect_to_an_ipv6_form_of_loopback_is_refused(site):
+    # The test server itself is allow-listed as 127.0.0.1; its NAT64 spelling is not, and is checked on the hop.
+    with pytest.raises(ToolError, match=r"64:ff9b::7f00:1 \(which leads to 127.0.0.1\)"):
+        WebBrowser().open_url(f"{site}/redirect-nat64")
+
+
+@pytest.mark.parametrize("url", ["http://93.184.216.34/", "https://[2606:2800::1]/", "http://[64:ff9b::5db8:d822]/"])
+def test_public_addresses_pass(url, monkeypatch):
+    monkeypatch.delenv("DEMO_BROWSER_ALLOW", raising=False)
+    check_url(url)  # no exception: allowed
+
+
+@pytest.mark.parametrize(
+    "address, public",
+    [
+        # (Public 6to4 and IPv4-mapped addresses are left out: newer Pythons call those ranges non-global.)
+        ("93.184.216.34", True), ("2606:2800::1", True), ("64:ff9b::5db8:d822", True),
+        ("2002:c0a8:1::1", False), ("::ffff:0:a9fe:a9fe", False), ("64:ff9b:1::5db8:d822", False),
+        ("fec0::1", False), ("fe80::1", False), ("ff02::1", False), ("100.64.0.1", False), ("0.0.0.0", False),
+    ],
+)
+def test_is_public(address, public):
+    assert net_guard.is_public(ipaddress.ip_address(address)) is public
+
+
+def test_embedded_ipv4_reads_every_transition_scheme():
+    def embedded(text: str) -> list[str]:
+        return [str(a) for a in net_guard.embedded_ipv4(ipaddress.ip_address(text))]
+
+    assert embedded("::ffff:10.1.2.3") == ["10.1.2.3"]
+    assert embedded("2002:0a01:0203::5") == ["10.1.2.3"]
+    assert embedded("2001:0:5db8:d822::80ff:fffe") == ["93.184.216.34", "127.0.0.1"]  # Teredo: server, client
+    assert embedded("2606:2800::1") == [] and embedded("127.0.0.1") == []

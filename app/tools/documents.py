@@ -1,16 +1,27 @@
-"""Text from uploaded files (and fetched PDFs): pdf, docx with tables, pptx, and text files of any encoding."""
+"""Text from uploaded files (and fetched PDFs): pdf, docx with tables, pptx, and text files of any encoding.
+
+Reading stops at the character budget, and the limits in DocumentSettings refuse decompression bombs (a zip or a
+PDF stream of a few hundred KB that unpacks to gigabytes) before they take the memory."""
 
 from __future__ import annotations
 
 import io
+import zipfile
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import PurePath
+from typing import TYPE_CHECKING
 
 from charset_normalizer import from_bytes
 
 from app.config import DocumentSettings
 from app.conversation import Attachment
 
+if TYPE_CHECKING:
+    from pypdf import PdfReader
+
 MAX_UPLOAD_BYTES = 20 * 1024 * 1024
+MB = 2**20
 TEXT_SUFFIXES = {
     ".txt", ".md", ".markdown", ".rst", ".csv", ".tsv", ".json", ".jsonl", ".yaml", ".yml", ".toml", ".ini",
     ".xml", ".html", ".htm", ".log", ".py", ".js", ".ts", ".java", ".c", ".h", ".cpp", ".go", ".rs", ".sh", ".sql",
@@ -22,23 +33,73 @@ class DocumentError(ValueError):
     """A file that cannot be read; the message says why and what to do."""
 
 
+@dataclass(frozen=True)
+class Extracted:
+    """Text read from a file, and why it stops early ("" when it is the whole text)."""
+
+    text: str
+    cut: str = ""
+
+
+class _TextBudget:
+    """Collects extracted text up to a number of characters, so extraction stops there instead of first building
+    the whole text (an Office file can hold hundreds of millions of characters in a few hundred KB)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.size = 0
+        self.cut = ""
+        self._parts: list[str] = []
+
+    def add(self, part: str, separator: str = "\n\n") -> bool:
+        """Append `part` (after `separator` unless it comes first); False once full: stop reading."""
+        piece = separator + part if self._parts else part.lstrip()
+        room = self.limit - self.size
+        if len(piece) > room:
+            self._parts.append(piece[:room])
+            self.size = self.limit
+            self.cut = f"cut to the first {self.limit:,} characters to fit the context (reading stopped there)"
+            return False
+        self._parts.append(piece)
+        self.size += len(piece)
+        return True
+
+    def result(self) -> Extracted:
+        return Extracted("".join(self._parts), self.cut)
+
+
 def extract_text(name: str, data: bytes) -> str:
+    """The text of a PDF, DOCX, PPTX or text file, at most DEMO_DOCUMENT_MAX_CHARS characters of it."""
+    return read_document(name, data).text
+
+
+def read_document(name: str, data: bytes, settings: DocumentSettings | None = None) -> Extracted:
+    """The text of a PDF, DOCX, PPTX or text file, read only up to the settings' limits (DocumentError past the
+    limits that guard against decompression bombs, or when the file cannot be read)."""
+    settings = settings or DocumentSettings.from_env()
     suffix = PurePath(name).suffix.lower()
-    try:
-        if suffix == ".pdf":
-            return _pdf(data)
-        if suffix == ".docx":
-            return _docx(data)
-        if suffix == ".pptx":
-            return _pptx(data)
-    except DocumentError:
-        raise
-    except Exception as exc:  # each parser raises its own types for damaged files
-        raise DocumentError(f"{name} could not be read as {suffix[1:].upper()} ({type(exc).__name__}: {exc}). "
-                            "Is the file damaged or password-protected?") from exc
+    readers = {".pdf": _pdf, ".docx": _docx, ".pptx": _pptx}
+    if suffix in readers:
+        budget = _TextBudget(settings.max_chars)
+        try:
+            readers[suffix](name, data, budget, settings)
+        except DocumentError:
+            raise
+        except Exception as exc:  # each parser raises its own types for damaged files
+            raise DocumentError(f"{name} could not be read as {suffix[1:].upper()} ({type(exc).__name__}: {exc}). "
+                                "Is the file damaged or password-protected?") from exc
+        return budget.result()
     if suffix in TEXT_SUFFIXES or not suffix:
-        return decode_text(name, data)
+        return _cut_text(decode_text(name, data), settings.max_chars)
     raise DocumentError(f"{name}: {suffix or 'this'} files are not supported. Upload PDF, DOCX, PPTX or a text file.")
+
+
+def _cut_text(text: str, limit: int) -> Extracted:
+    if len(text) > limit:
+        text = text.strip()  # count (and keep) only what shows
+    if len(text) <= limit:
+        return Extracted(text)
+    return Extracted(text[:limit], f"cut to the first {limit:,} of {len(text):,} characters to fit the context")
 
 
 def decode_text(name: str, data: bytes, declared: str | None = None) -> str:
@@ -59,40 +120,124 @@ def decode_text(name: str, data: bytes, declared: str | None = None) -> str:
     return str(match)
 
 
-def _pdf(data: bytes) -> str:
-    from pypdf import PdfReader
+def _over_limit(name: str, what: str, variable: str) -> DocumentError:
+    return DocumentError(f"{name}: {what}. The limit guards against files built to exhaust memory (decompression "
+                         f"bombs); if the file is genuine, an administrator can raise it with {variable}.")
 
-    reader = PdfReader(io.BytesIO(data))
+
+# Stored and deflated are the only methods Office files use (ECMA-376 part 2); refusing the others also keeps out
+# bzip2 and LZMA, which zipfile decompresses in unbounded steps.
+_OFFICE_ZIP_METHODS = {zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED}
+# Only big parts are held to the ratio: a small part is harmless however tightly it packs.
+_RATIO_CHECKED_FROM = 1 * MB
+
+
+def check_office_zip(name: str, data: bytes, settings: DocumentSettings) -> None:
+    """Refuse a DOCX/PPTX (a zip file) whose central directory declares more than the limits, before any part is
+    unpacked. The declared sizes can be trusted: zipfile stops unpacking a part at its declared size."""
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        parts = archive.infolist()
+    if len(parts) > settings.max_parts:
+        raise _over_limit(name, f"it holds {len(parts):,} parts, more than the {settings.max_parts:,} allowed",
+                          "DEMO_DOCUMENT_MAX_PARTS")
+    for part in parts:
+        _check_part(name, part, settings)
+    total = sum(part.file_size for part in parts)
+    if total > settings.max_unpacked_mb * MB:
+        raise _over_limit(name, f"its parts unpack to {total / MB:,.1f} MB, more than the {settings.max_unpacked_mb:,}"
+                          " MB allowed for one document", "DEMO_DOCUMENT_MAX_UNPACKED_MB")
+
+
+def _check_part(name: str, part: zipfile.ZipInfo, settings: DocumentSettings) -> None:
+    if part.compress_type not in _OFFICE_ZIP_METHODS:
+        raise DocumentError(f"{name} is not a valid Office file: its part {part.filename} uses zip compression "
+                            f"method {part.compress_type}, and Office files only use stored or deflated parts.")
+    if part.file_size > settings.max_part_mb * MB:
+        raise _over_limit(name, f"its part {part.filename} unpacks to {part.file_size / MB:,.1f} MB, more than the "
+                          f"{settings.max_part_mb:,} MB allowed for one part", "DEMO_DOCUMENT_MAX_PART_MB")
+    ratio = part.file_size / max(part.compress_size, 1)
+    if part.file_size > _RATIO_CHECKED_FROM and ratio > settings.max_compression_ratio:
+        raise _over_limit(name, f"its part {part.filename} is compressed {ratio:,.0f} to 1, more than the "
+                          f"{settings.max_compression_ratio:,} to 1 allowed", "DEMO_DOCUMENT_MAX_COMPRESSION_RATIO")
+
+
+# pypdf's own decompression limits (75 MB per stream by default), all lowered to our part limit for one read.
+_PYPDF_OUTPUT_LIMITS = (
+    "maximum_declared_stream_length", "array_based_stream_maximum_output_length", "zlib_maximum_output_length",
+    "lzw_maximum_output_length", "run_length_maximum_output_length", "brotli_maximum_output_length",
+    "jbig2_maximum_output_length", "image_maximum_buffer_size",
+)
+
+
+def _pypdf_limits(max_bytes: int) -> AbstractContextManager[object]:
+    """pypdf's decompression limits set to `max_bytes` for the current context (thread) only."""
+    import pypdf
+
+    known = {field for field in _PYPDF_OUTPUT_LIMITS if hasattr(pypdf.get_configuration(), field)}
+    return pypdf.apply_configuration(**{field: max_bytes for field in known})
+
+
+def _pdf(name: str, data: bytes, budget: _TextBudget, settings: DocumentSettings) -> None:
+    from pypdf import PdfReader
+    from pypdf.errors import LimitReachedError
+
+    try:
+        with _pypdf_limits(settings.max_part_mb * MB):
+            _read_pdf_pages(name, PdfReader(io.BytesIO(data)), budget, settings)
+    except LimitReachedError as exc:
+        raise _over_limit(name, f"it goes past a safety limit of the PDF reader ({exc}); a compressed stream in "
+                          f"it may unpack to more than the {settings.max_part_mb:,} MB allowed for one part",
+                          "DEMO_DOCUMENT_MAX_PART_MB") from exc
+    if not budget.size:
+        raise DocumentError("the PDF has no text layer (a scan?); text recognition is not available here.")
+
+
+def _read_pdf_pages(name: str, reader: PdfReader, budget: _TextBudget, settings: DocumentSettings) -> None:
+    """Page by page until the text budget is full. pypdf keeps every stream it has unpacked for the life of the
+    reader, so what the pages unpack is added up and held to the limit for a whole document."""
     if reader.is_encrypted:
         raise DocumentError("the PDF is password-protected.")
-    pages = [(page.extract_text() or "").strip() for page in reader.pages]
-    text = "\n\n".join(f"[page {i}]\n{page}" for i, page in enumerate(pages, 1) if page)
-    if not text:
-        raise DocumentError("the PDF has no text layer (a scan?); text recognition is not available here.")
-    return text
+    pages = reader.pages
+    unpacked = 0
+    for number, page in enumerate(pages, 1):
+        if number > settings.max_pdf_pages:
+            budget.cut = (f"only the first {settings.max_pdf_pages:,} of {len(pages):,} pages were read "
+                          "(DEMO_DOCUMENT_MAX_PDF_PAGES)")
+            return
+        contents = page.get_contents()  # unpacked here once; extract_text reuses pypdf's copy
+        unpacked += len(contents.get_data()) if contents is not None else 0
+        if unpacked > settings.max_unpacked_mb * MB:
+            raise _over_limit(name, f"its first {number:,} pages unpack to {unpacked / MB:,.1f} MB, more than the "
+                              f"{settings.max_unpacked_mb:,} MB allowed for one document",
+                              "DEMO_DOCUMENT_MAX_UNPACKED_MB")
+        text = (page.extract_text() or "").strip()
+        if text and not budget.add(f"[page {number}]\n{text}"):
+            return
 
 
-def _docx(data: bytes) -> str:
+def _docx(name: str, data: bytes, budget: _TextBudget, settings: DocumentSettings) -> None:
     from docx import Document
     from docx.table import Table
     from docx.text.paragraph import Paragraph
 
+    check_office_zip(name, data, settings)
     document = Document(io.BytesIO(data))
-    parts: list[str] = []
     for block in document.iter_inner_content():  # paragraphs and tables in document order
-        if isinstance(block, Paragraph) and block.text.strip():
-            parts.append(block.text)
+        if isinstance(block, Paragraph):
+            text = block.text
+            if text.strip() and not budget.add(text):
+                return
         elif isinstance(block, Table):
-            rows = [" | ".join(cell.text.strip() for cell in row.cells) for row in block.rows]
-            parts.append("\n".join(rows))
-    return "\n\n".join(parts)
+            for index, row in enumerate(block.rows):  # a table is one block, its rows on their own lines
+                if not budget.add(" | ".join(cell.text.strip() for cell in row.cells), "\n" if index else "\n\n"):
+                    return
 
 
-def _pptx(data: bytes) -> str:
+def _pptx(name: str, data: bytes, budget: _TextBudget, settings: DocumentSettings) -> None:
     from pptx import Presentation
 
+    check_office_zip(name, data, settings)
     presentation = Presentation(io.BytesIO(data))
-    slides: list[str] = []
     for number, slide in enumerate(presentation.slides, 1):
         texts: list[str] = []
         for shape in slide.shapes:
@@ -100,8 +245,8 @@ def _pptx(data: bytes) -> str:
                 texts.append(shape.text_frame.text.strip())
             if getattr(shape, "has_table", False) and shape.has_table:
                 texts.extend(" | ".join(cell.text for cell in row.cells) for row in shape.table.rows)
-        slides.append(f"[slide {number}]\n" + "\n".join(texts))
-    return "\n\n".join(slides)
+        if not budget.add(f"[slide {number}]\n" + "\n".join(texts)):
+            return
 
 
 def document_attachment(name: str, data: bytes) -> Attachment:
@@ -109,13 +254,9 @@ def document_attachment(name: str, data: bytes) -> Attachment:
     if len(data) > MAX_UPLOAD_BYTES:
         raise DocumentError(f"{name} is {len(data) / 1e6:.1f} MB; files up to {MAX_UPLOAD_BYTES // 2**20} MB "
                             "can be uploaded.")
-    text = extract_text(name, data).strip()
-    if not text:
+    extracted = read_document(name, data)
+    text = extracted.text if extracted.cut else extracted.text.strip()  # a cut text starts trimmed already
+    if not text.strip():
         raise DocumentError(f"{name} contains no text.")
-    limit = DocumentSettings.from_env().max_chars
-    note = ""
-    if len(text) > limit:
-        note = f"cut to the first {limit:,} of {len(text):,} characters to fit the context; the whole file is in " \
-               "the Python tool's folder"
-        text = text[:limit]
+    note = f"{extracted.cut}; the whole file is in the Python tool's folder" if extracted.cut else ""
     return Attachment(kind="document", name=PurePath(name).name, text=text, note=note)

@@ -3,8 +3,11 @@
 A URL may only be fetched if every address its host resolves to is public: no loopback, private, link-local
 (cloud metadata at 169.254.169.254), carrier-grade NAT, multicast or reserved ranges, unless the host or its
 network is allow-listed in DEMO_BROWSER_ALLOW (comma-separated host names, IP addresses or CIDR networks).
-Callers check again on every redirect. (The check and the connection resolve separately, so a DNS server that
-answers differently the second time could still slip through; the allow-list is the strict option.)
+An IPv6 address that carries an IPv4 address (IPv4-mapped or -compatible, NAT64, SIIT, 6to4, Teredo) must be
+public itself and so must the IPv4 address it leads to. Odd IPv4 spellings (2130706433, 0177.0.0.1, 127.1,
+0x7f.1) are judged by the address they resolve to, like host names. Callers check again on every redirect.
+(The check and the connection resolve separately, so a DNS server that answers differently the second time
+could still slip through; the allow-list is the strict option.)
 """
 
 from __future__ import annotations
@@ -16,7 +19,19 @@ from urllib.parse import urlsplit
 from app.config import BrowserSettings
 from app.tools.registry import ToolError
 
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
 _CGNAT = ipaddress.ip_network("100.64.0.0/10")
+# Prefixes whose last 32 bits are an IPv4 address the traffic ends up at (RFC 4291, 6052, 6145).
+_IPV4_IN_LOW_BITS = tuple(ipaddress.ip_network(net) for net in (
+    "::/96",  # IPv4-compatible (deprecated, but some stacks still route it)
+    "::ffff:0:0/96",  # IPv4-mapped
+    "::ffff:0:0:0/96",  # SIIT, IPv4-translated
+    "64:ff9b::/96",  # NAT64 well-known prefix
+))
+# NAT64 local-use prefix (RFC 8215): not globally reachable, and where its IPv4 part sits depends on the
+# operator's prefix length, so it is refused as a whole (older Pythons' is_global, 3.11.7's too, call it global).
+_NAT64_LOCAL_USE = ipaddress.ip_network("64:ff9b:1::/48")
 
 
 def _allow_list() -> tuple[set[str], list[ipaddress.IPv4Network | ipaddress.IPv6Network]]:
@@ -30,10 +45,35 @@ def _allow_list() -> tuple[set[str], list[ipaddress.IPv4Network | ipaddress.IPv6
     return hosts, networks
 
 
-def _is_public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
+def embedded_ipv4(address: IPAddress) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 address leads to by the IPv4 transition schemes (none for plain IPv6 or IPv4)."""
+    if isinstance(address, ipaddress.IPv4Address):
+        return []
+    found: list[ipaddress.IPv4Address] = []
+    if any(address in network for network in _IPV4_IN_LOW_BITS):
+        found.append(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
+    if address.sixtofour is not None:
+        found.append(address.sixtofour)
+    if address.teredo is not None:
+        found.extend(address.teredo)  # (server, client): traffic can reach either
+    return found
+
+
+def _is_public_one(address: IPAddress) -> bool:
+    # Site-local fec0::/10 is deprecated but still routable inside a site; Python calls it global.
+    if isinstance(address, ipaddress.IPv6Address) and (address.is_site_local or address in _NAT64_LOCAL_USE):
+        return False
     return address.is_global and not address.is_multicast and address not in _CGNAT
+
+
+def is_public(address: IPAddress) -> bool:
+    """True if `address` is a public unicast address, and so is every IPv4 address embedded in it."""
+    return all(_is_public_one(candidate) for candidate in (address, *embedded_ipv4(address)))
+
+
+def _describe(address: IPAddress) -> str:
+    embedded = embedded_ipv4(address)
+    return f"{address} (which leads to {', '.join(map(str, embedded))})" if embedded else str(address)
 
 
 def check_url(url: str) -> None:
@@ -56,8 +96,8 @@ def check_url(url: str) -> None:
         address = ipaddress.ip_address(info[4][0].split("%")[0])
         if any(address in network for network in allowed_networks):
             continue
-        if not _is_public(address):
+        if not is_public(address):
             raise ToolError(
-                f"refused to open {url}: {host} resolves to {address}, a private, local or reserved address. "
-                "(An administrator can allow it with DEMO_BROWSER_ALLOW.)"
+                f"refused to open {url}: {host} resolves to {_describe(address)}, a private, local or reserved "
+                "address. (An administrator can allow it with DEMO_BROWSER_ALLOW.)"
             )
