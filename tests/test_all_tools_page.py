@@ -36,3 +36,18 @@ def test_smollm2_runs_python_and_the_plot_appears(app):
     assert "[Figure 1 was displayed to the user.]" in card.code[1].value
     images = assistant.get("image")
     assert len(images) == 1  # the plot, in the chat under its card
+
+
+def test_without_a_sandbox_the_page_says_why_and_offers_no_python(monkeypatch, tiny_model_dir, tmp_path):
+    from app.tools import sandbox
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # a machine without bubblewrap
+    sandbox._bubblewrap_works.cache_clear()
+    try:
+        with open_app(monkeypatch, tiny_model_dir, page="views/all_tools.py") as at:
+            assert "python" not in at.selectbox(key="settings.all_tools.choice").options
+            warning = at.warning[0].value
+            assert warning.startswith("The Python tool is off.") and "apt-get install bubblewrap" in warning
+            assert all(button.key != "restart_kernel" for button in at.button)
+    finally:
+        sandbox._bubblewrap_works.cache_clear()
