@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from app.json_limits import JSONLimitError, loads_bounded
+
 Role = Literal["system", "user", "assistant", "tool"]
 ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
 FinishReason = Literal["stop", "length", "cancelled", "tool_calls", "error"]
@@ -47,9 +49,13 @@ class ToolCall:
         raw = function.get("arguments", "{}")
         if isinstance(raw, dict):
             arguments = raw
+        elif raw is not None and not isinstance(raw, str):
+            raise ValueError(f"tool call {name!r}: arguments must be a JSON object or a string holding one")
         else:
             try:
-                arguments = json.loads(raw or "{}")
+                arguments = loads_bounded(raw or "{}")
+            except JSONLimitError as exc:
+                raise ValueError(f"tool call {name!r}: arguments are too big to decode ({exc.msg})") from exc
             except json.JSONDecodeError as exc:
                 raise ValueError(f"tool call {name!r}: arguments are not valid JSON ({exc.msg})") from exc
         if not isinstance(arguments, dict):

@@ -39,6 +39,13 @@ def test_text_content_parts_are_joined_and_other_parts_refused():
         ({"role": "assistant", "tool_calls": [{"function": {"arguments": "{}"}}]}, "function.name"),
         ({"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{oops"}}]}, "not valid JSON"),
         ({"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "[1]"}}]}, "JSON object"),
+        # over json_limits' bounds: nesting that overflowed the decoder's recursion, an integer past int()'s limit
+        ({"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "[" * 100_000}}]},
+         "tool call 'f': arguments are too big to decode \\(nested deeper than"),
+        ({"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": '{"n": ' + "1" * 5000 + "}"}}]},
+         "too big to decode \\(a number has too many digits"),
+        ({"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": [1]}}]},
+         "JSON object or a string"),
         ({"role": "user", "content": 42}, "content must be"),
         ("just a string", "JSON object"),
     ],

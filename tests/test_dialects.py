@@ -83,6 +83,20 @@ def test_hermes_closing_tag_inside_an_argument_and_an_invalid_block_before_a_cal
     assert calls(parsed) == [("calculator", {"expression": "1"})] and parsed.content == "X <tool_call>oops</tool_call> Y"
 
 
+def test_hermes_closing_tag_inside_an_argument_then_another_call_in_one_piece_or_in_chunks():
+    # The first </tool_call> sits inside a string; a later <tool_call> must not turn the valid call before it into
+    # text (it once did when the reply came in one piece, but not when it came in chunks).
+    text = ('<tool_call>{"name": "calculator", "arguments": {"expression": "</tool_call>"}}</tool_call> then '
+            '<tool_call>{"name": "get_weather", "arguments": {}}</tool_call>')
+    expected = [("calculator", {"expression": "</tool_call>"}), ("get_weather", {})]
+    parsed = hermes.parse(text, TOOLS)
+    assert calls(parsed) == expected and parsed.content == "then"
+    parser = hermes.stream_parser(TOOLS)
+    shown = "".join(parser.feed(text[i : i + 3]) for i in range(0, len(text), 3))
+    tail, streamed = parser.finish()
+    assert calls(streamed) == expected and (shown + tail).strip() == "then"
+
+
 def test_hermes_huge_arguments():
     big = "x" * 200_000
     parsed = hermes.parse(json.dumps({"name": "calculator", "arguments": {"expression": big}}).join(
@@ -135,6 +149,15 @@ def test_glm4_text_that_is_not_a_call_stays_text(text):
 def test_glm4_streams_prose_without_waiting_for_the_end():
     parser = glm4.stream_parser(TOOLS)
     assert parser.feed("\nThe") == "\nThe"  # "The" cannot start a tool name: shown at once
+
+
+def test_glm4_spaces_after_the_name_do_not_depend_on_chunking():
+    text = 'get_weather  \n{"city": "Paris"}'
+    for cut in range(len(text) + 1):
+        parser = glm4.stream_parser(TOOLS)
+        shown = parser.feed(text[:cut]) + parser.feed(text[cut:])
+        tail, parsed = parser.finish()
+        assert calls(parsed) == [("get_weather", {"city": "Paris"})] and shown + tail == "", cut
 
 
 def test_glm4_renders_calls_and_results_its_way():

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 from app.code_blocks import CODE_FENCE_CLOSE, CODE_FENCE_OPEN
 from app.conversation import CallFragment, ToolCall, new_call_id
+from app.json_limits import loads_bounded
 
 FALLBACK_TOOLS_INTRO = "You are a helpful, concise assistant."
 
@@ -116,49 +117,72 @@ class ForcedCallParser(StreamParser):
     def __init__(self, calls: Sequence[ConstrainedCall]) -> None:
         super().__init__([call.name for call in calls])
         self._calls = list(calls)
-        self._text = ""
+        self._parts: list[str] = []  # the reply, joined at the end (`str +=` would copy it on every chunk)
+        self._head = ""  # its start, as far as the longest prefix: all that choosing the call reads
+        self._head_size = max((len(call.prefix) for call in self._calls), default=0)
         self._chosen: ConstrainedCall | None = None
         self._id = new_call_id()
         self._streamed = 0  # characters of the body already sent as argument text
+        self._unsent: list[str] = []  # the body after those, `_unsent_size` characters
+        self._unsent_size = 0
+        self._unsure = 0  # characters at the end of the body that may still belong to the end of the call
         self._fragments: list[CallFragment] = []
 
     def _feed(self, chunk: str) -> str:
-        self._text += chunk
-        if self._chosen is None:
-            self._choose()
+        self._parts.append(chunk)
         if self._chosen is not None:
-            body = self._text[len(self._chosen.prefix) :]
-            # Only what can no longer be the suffix (or, for a body, its trailing newlines) is sure to stay.
-            if self._chosen.body_argument is not None:
-                self._stream_to(body, len(body.rstrip(" \t\r\n`")))
-            else:
-                self._stream_to(body, len(body.rstrip()) - len(self._chosen.suffix))
+            self._add_body(chunk)
+            return ""
+        if len(self._head) < self._head_size:
+            self._head += chunk[: self._head_size - len(self._head)]
+        self._choose()
+        if self._chosen is not None:
+            self._add_body("".join(self._parts)[len(self._chosen.prefix) :])
         return ""
 
     def _choose(self) -> None:
         """The call is known once exactly one prefix is complete and no other can still be."""
-        complete = [call for call in self._calls if self._text.startswith(call.prefix)]
-        possible = [call for call in self._calls if call.prefix.startswith(self._text[: len(call.prefix)])]
+        complete = [call for call in self._calls if self._head.startswith(call.prefix)]
+        possible = [call for call in self._calls if call.prefix.startswith(self._head[: len(call.prefix)])]
         if len(complete) == 1 and len(possible) == 1:
             self._chosen = complete[0]
             self._fragments.append(CallFragment(0, id=self._id, name=self._chosen.name))
             if self._chosen.body_argument is not None:
                 self._fragments.append(CallFragment(0, "{" + json.dumps(self._chosen.body_argument) + ': "'))
 
+    def _add_body(self, piece: str) -> None:
+        """Stream what can no longer be the end of the call: for a body its trailing newlines and fence, for JSON
+        the suffix after trailing whitespace. Only `piece` is read, so streaming stays linear in the reply."""
+        assert self._chosen is not None
+        if not piece:
+            return
+        self._unsent.append(piece)
+        self._unsent_size += len(piece)
+        kept = len(piece.rstrip(" \t\r\n`" if self._chosen.body_argument is not None else None))
+        self._unsure = self._unsure + len(piece) if kept == 0 else len(piece) - kept
+        held = self._unsure + (len(self._chosen.suffix) if self._chosen.body_argument is None else 0)
+        if self._unsent_size > held:
+            unsent = "".join(self._unsent)
+            self._unsent = [unsent[len(unsent) - held :]] if held else []
+            self._unsent_size = held
+            self._send(unsent[: len(unsent) - held])
+
+    def _send(self, piece: str) -> None:
+        self._streamed += len(piece)
+        if self._chosen is not None and self._chosen.body_argument is not None:
+            piece = json.dumps(piece, ensure_ascii=False)[1:-1]  # JSON escapes character by character
+        self._fragments.append(CallFragment(0, piece))
+
     def _stream_to(self, body: str, end: int) -> None:
         if end > self._streamed:
-            piece = body[self._streamed : end]
-            if self._chosen is not None and self._chosen.body_argument is not None:
-                piece = json.dumps(piece, ensure_ascii=False)[1:-1]  # JSON escapes character by character
-            self._fragments.append(CallFragment(0, piece))
-            self._streamed = end
+            self._send(body[self._streamed : end])
 
     def take_fragments(self) -> list[CallFragment]:
         fragments, self._fragments = self._fragments, []
         return fragments
 
     def _finish(self) -> str:
-        text = self._text.rstrip()
+        text = "".join(self._parts).rstrip()
         for call in self._calls:
             if not text.startswith(call.prefix) or not text.endswith(call.suffix):
                 continue
@@ -170,8 +194,8 @@ class ForcedCallParser(StreamParser):
                 self.calls.append(ToolCall(name=call.name, arguments={call.body_argument: code}, id=self._id))
                 return ""
             try:
-                arguments = json.loads(middle)
-            except json.JSONDecodeError:
+                arguments = loads_bounded(middle)
+            except ValueError:  # bad JSON, or JSON over a limit
                 continue
             if isinstance(arguments, dict):
                 self._stream_to(middle, len(middle))
@@ -179,7 +203,7 @@ class ForcedCallParser(StreamParser):
                 return ""
         # Cut short (max new tokens, Stop): no call. What was written of it goes out as fragments, not as text.
         if self._chosen is not None:
-            body = self._text[len(self._chosen.prefix) :]
+            body = "".join(self._parts)[len(self._chosen.prefix) :]
             self._stream_to(body, len(body))
         return ""
 
@@ -335,8 +359,8 @@ def _with_dict_arguments(message: dict[str, Any]) -> dict[str, Any]:
         function = call.get("function") or {}
         if isinstance(function.get("arguments"), str):
             try:
-                function["arguments"] = json.loads(function["arguments"] or "{}")
-            except json.JSONDecodeError:
+                function["arguments"] = loads_bounded(function["arguments"] or "{}")
+            except ValueError:  # bad JSON, or JSON over a limit
                 function["arguments"] = {}
     return message
 
@@ -355,8 +379,8 @@ def call_from_json(data: Any, tool_names: Sequence[str], require_known: bool, ar
             break
     if isinstance(arguments, str):  # some models double-encode the arguments
         try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError:
+            arguments = loads_bounded(arguments)
+        except ValueError:  # bad JSON, or JSON over a limit
             return None
     if arguments is None:
         arguments = {}

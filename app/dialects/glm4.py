@@ -11,6 +11,7 @@ from typing import Any
 from app.code_blocks import strip_code_fence
 from app.conversation import ToolCall
 from app.dialects.base import ConstrainedCall, Dialect, RenderedPrompt, StreamParser
+from app.json_limits import loads_bounded
 
 OBSERVATION = "<|observation|>"
 
@@ -20,15 +21,23 @@ def _python_body(body: str) -> tuple[str, dict[str, Any]] | None:
     return ("python", {"code": code}) if code.strip() else None
 
 
+# A browser call is a query, a URL or a list of ids: a few hundred characters. Python's parser and literal_eval
+# recurse on nesting such as 50,000 minus signs (MemoryError, RecursionError), so longer bodies are not parsed.
+MAX_BROWSER_CALL = 4096
+
+
 def _browser_body(body: str) -> tuple[str, dict[str, Any]] | None:
     """GLM-4's simple_browser writes a Python-style call: search("q", recency_days=3), open_url("u"), mclick([1])."""
+    if len(body) > MAX_BROWSER_CALL:
+        return None
     try:
         node = ast.parse(body.strip(), mode="eval").body
         if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
             return None
         args = [ast.literal_eval(arg) for arg in node.args]
         kwargs = {kw.arg: ast.literal_eval(kw.value) for kw in node.keywords if kw.arg}
-    except (SyntaxError, ValueError):
+    # ValueError: not a literal; TypeError: e.g. {[1]: 2}; the last two: deep nesting that the cap still lets in.
+    except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError):
         return None
     name = node.func.id
     if name == "search" and len(args) == 1:
@@ -58,7 +67,8 @@ class GLM4Parser(StreamParser):
 
     def __init__(self, tool_names: Sequence[str]) -> None:
         super().__init__(tool_names)
-        self._held = ""
+        self._held: list[str] = []  # a list, joined once at the end: `str +=` would copy the reply on every chunk
+        self._head = ""  # the held text from its first non-space character (see `_feed` for why it stays short)
         self._mode = "undecided"  # then "text" or "call"
         builtins = [name for name, (targets, _) in BUILTINS.items() if set(targets) & set(tool_names)]
         self._names = (*tool_names, *builtins)  # what may stand on the first line of a call
@@ -66,32 +76,36 @@ class GLM4Parser(StreamParser):
     def _feed(self, chunk: str) -> str:
         if self._mode == "text":
             return chunk
-        self._held += chunk
+        self._held.append(chunk)
         if self._mode == "call":
             return ""
-        head = self._held.lstrip()
-        if not head:
+        self._head = self._head + chunk if self._head else chunk.lstrip()
+        if not self._head:
             return ""
-        first_line, newline, _ = head.partition("\n")
-        if newline and first_line.strip() in self._names:
+        first_line, newline, _ = self._head.partition("\n")
+        name = first_line.strip()  # as `_finish` reads it
+        if newline and name in self._names:
             self._mode = "call"
             return ""
-        if not newline and any(name.startswith(first_line) for name in self._names):
-            return ""  # may still become a tool name
+        if not newline and any(known.startswith(name) for known in self._names):
+            # May still become a tool name. Spaces after it count for nothing, so they are not kept in the head,
+            # which stays shorter than the longest name plus one chunk.
+            self._head = name + " " if name != first_line else first_line
+            return ""
         self._mode = "text"
-        held, self._held = self._held, ""
+        held, self._held = "".join(self._held), []
         return held
 
     def _finish(self) -> str:
-        held, self._held = self._held, ""
+        held, self._held = "".join(self._held), []
         head = held.lstrip()
         name, _, body = head.partition("\n")
         name = name.strip()
         if name not in self._names:
             return held
         try:
-            arguments = json.loads(body.strip() or "{}")
-        except json.JSONDecodeError:
+            arguments = loads_bounded(body.strip() or "{}")
+        except ValueError:  # bad JSON, or JSON over a limit
             arguments = None
         if isinstance(arguments, dict) and name in self.tool_names:
             self.calls.append(ToolCall(name=name, arguments=arguments))

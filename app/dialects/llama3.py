@@ -9,6 +9,7 @@ from typing import Any
 
 from app.conversation import ToolCall
 from app.dialects.base import ConstrainedCall, Dialect, RenderedPrompt, StreamParser, call_from_json
+from app.json_limits import loads_sequence
 
 PYTHON_TAG = "<|python_tag|>"
 
@@ -16,29 +17,30 @@ PYTHON_TAG = "<|python_tag|>"
 class Llama3Parser(StreamParser):
     def __init__(self, tool_names: Sequence[str]) -> None:
         super().__init__(tool_names)
-        self._held = ""
+        self._held: list[str] = []  # a list, joined once at the end: `str +=` would copy the reply on every chunk
+        self._head = ""  # the held text from its first non-space character: short while undecided
         self._mode = "undecided"  # then "text" or "maybe_call" (held to the end)
 
     def _feed(self, chunk: str) -> str:
         if self._mode == "text":
             return chunk
-        self._held += chunk
+        self._held.append(chunk)
         if self._mode == "maybe_call":
             return ""
-        head = self._held.lstrip()
-        if not head:
+        self._head = self._head + chunk if self._head else chunk.lstrip()
+        if not self._head:
             return ""
-        if head.startswith(PYTHON_TAG) or head.startswith("{"):
+        if self._head.startswith(PYTHON_TAG) or self._head.startswith("{"):
             self._mode = "maybe_call"
             return ""
-        if PYTHON_TAG.startswith(head):
+        if PYTHON_TAG.startswith(self._head):
             return ""
         self._mode = "text"
-        held, self._held = self._held, ""
+        held, self._held = "".join(self._held), []
         return held
 
     def _finish(self) -> str:
-        held, self._held = self._held, ""
+        held, self._held = "".join(self._held), []
         if self._mode != "maybe_call":
             return held
         calls = self._parse_calls(held.strip().removeprefix(PYTHON_TAG))
@@ -48,22 +50,16 @@ class Llama3Parser(StreamParser):
         return ""
 
     def _parse_calls(self, text: str) -> list[ToolCall] | None:
-        decoder = json.JSONDecoder()
-        calls: list[ToolCall] = []
-        position = 0
-        while True:
-            while position < len(text) and (text[position].isspace() or (calls and text[position] == ";")):
-                position += 1
-            if position >= len(text):
-                return calls or None
-            try:
-                data, position = decoder.raw_decode(text, position)
-            except json.JSONDecodeError:
-                return None
-            call = call_from_json(data, self.tool_names, require_known=True, arguments_keys=("parameters", "arguments"))
-            if call is None:
-                return None
-            calls.append(call)
+        """The calls `text` consists of (JSON objects separated by ";"), or None if anything in it is not a call."""
+        try:
+            values = loads_sequence(text, separators=";")
+        except ValueError:  # bad JSON, or JSON over a limit
+            return None
+        calls = [call_from_json(data, self.tool_names, require_known=True, arguments_keys=("parameters", "arguments"))
+                 for data in values]
+        if not calls or None in calls:
+            return None
+        return [call for call in calls if call is not None]
 
 
 class Llama3JsonDialect(Dialect):
