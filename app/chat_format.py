@@ -17,6 +17,7 @@ from app.clients.stop_strings import StopStringFilter
 from app.conversation import CallFragment, Conversation, Message, PartialCalls, ToolCall
 from app.dialects import ConstrainedCall, Dialect, ParsedResponse, StreamParser
 from app.dialects.base import ForcedCallParser
+from app.json_limits import JSONLimitError, loads_bounded
 
 
 def process_input(conversation: Conversation, system_prompt: str = "") -> list[dict[str, Any]]:
@@ -122,7 +123,10 @@ class NativeCalls:
         problems: list[str] = []
         for partial in self._calls:
             try:
-                arguments = json.loads(partial.arguments or "{}")
+                arguments = loads_bounded(partial.arguments or "{}")
+            except JSONLimitError as exc:
+                problems.append(f"{partial.name or 'a tool'} (arguments are too big to decode: {exc.msg})")
+                continue
             except json.JSONDecodeError:
                 problems.append(f"{partial.name or 'a tool'} (arguments are not valid JSON)")
                 continue
@@ -167,23 +171,45 @@ def fit_to_context(
     """Drop the oldest turns (a user message and what answered it) until the prompt fits `budget` tokens.
 
     The system prompt and the newest user turn are always kept; if they alone are too long, PromptTooLong says
-    by how much, because silently cutting a user's own message would answer a question they did not ask.
+    by how much, because silently cutting a user's own message would answer a question they did not ask. A turn
+    is dropped whole, so a tool call is never separated from its result.
+
+    Linear in the conversation: the whole prompt is counted once; if it is too long, the cut is found by counting
+    only the newest turns, in spans that double back from the newest turn and then halve (a prompt only grows as
+    turns are added). Counting once per dropped turn was quadratic: 10,000 short messages took minutes.
     """
     system = [m for m in messages[:1] if m.get("role") == "system"]
     rest = list(messages[len(system) :])
     # Candidate cut points: keep everything, then start at each later user message in turn.
     turn_starts = [0] + [i for i, m in enumerate(rest) if m.get("role") == "user" and i > 0]
-    dropped_turns = 0
-    while True:
-        start = turn_starts[dropped_turns] if dropped_turns < len(turn_starts) else len(rest)
-        candidate = system + rest[start:]
-        tokens = count_tokens(candidate)
-        if tokens <= budget:
-            return FittedPrompt(candidate, tokens, dropped_messages=start)
-        if dropped_turns + 1 >= len(turn_starts):
-            raise PromptTooLong(
-                f"The prompt needs {tokens} tokens but only {budget} fit "
-                "(context window minus room for the answer). Shorten the message or the system prompt, "
-                "lower 'Max new tokens', or use a model with a longer context window."
-            )
-        dropped_turns += 1
+    counts: dict[int, int] = {}
+
+    def tokens(turn: int) -> int:
+        if turn not in counts:
+            counts[turn] = count_tokens(system + rest[turn_starts[turn] :])
+        return counts[turn]
+
+    newest = len(turn_starts) - 1
+    if tokens(0) > budget and tokens(newest) > budget:
+        raise PromptTooLong(
+            f"The prompt needs {tokens(newest)} tokens but only {budget} fit "
+            "(context window minus room for the answer). Shorten the message or the system prompt, "
+            "lower 'Max new tokens', or use a model with a longer context window."
+        )
+    first = 0 if tokens(0) <= budget else _first_fitting(lambda turn: tokens(turn) <= budget, newest)
+    start = turn_starts[first]
+    return FittedPrompt(system + rest[start:], tokens(first), dropped_messages=start)
+
+
+def _first_fitting(fits: Callable[[int], bool], newest: int) -> int:
+    """The oldest turn to start at, given that starting at turn 0 does not fit and at `newest` does."""
+    good, bad, step = newest, 0, 1
+    while good - step > bad:  # back from the newest turn in doubling steps
+        if not fits(good - step):
+            bad = good - step
+            break
+        good, step = good - step, step * 2
+    while good - bad > 1:  # then halve the gap between the last start that fit and the first that did not
+        middle = (good + bad) // 2
+        good, bad = (middle, bad) if fits(middle) else (good, middle)
+    return good

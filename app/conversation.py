@@ -42,6 +42,9 @@ class ToolCall:
 
     @classmethod
     def from_openai(cls, data: dict[str, Any]) -> ToolCall:
+        if not isinstance(data, dict) or not isinstance(data.get("function") or {}, dict):
+            raise ValueError('a tool call must be an object like {"id": ..., "type": "function", "function": '
+                             '{"name": ..., "arguments": ...}}')
         function = data.get("function") or {}
         name = function.get("name")
         if not isinstance(name, str) or not name:
@@ -202,10 +205,25 @@ class Message:
         return cls(
             role=role,
             content=_content_text(data.get("content")),
-            tool_calls=[ToolCall.from_openai(call) for call in data.get("tool_calls") or []],
-            tool_call_id=data.get("tool_call_id"),
-            name=data.get("name"),
+            tool_calls=[ToolCall.from_openai(call) for call in _tool_calls(data.get("tool_calls"))],
+            tool_call_id=_optional_text(data, "tool_call_id"),
+            name=_optional_text(data, "name"),
         )
+
+
+def _tool_calls(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ValueError("tool_calls must be a list of tool calls")
+    return value
+
+
+def _optional_text(data: dict[str, Any], key: str) -> str | None:
+    value = data.get(key)
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"{key} must be a string")
+    return value
 
 
 def _content_text(content: Any) -> str:

@@ -5,7 +5,12 @@ dialects, forced calls, response formats and parsing are the clients' own, so th
 app. Requests and answers are typed (app/server_models.py, `openai.types.chat` in app/server_responses.py).
 Streams are Server-Sent Events through sse-starlette in OpenAI's format: the role first, content deltas and
 `delta.tool_calls` pieces as they are generated (name first, then argument text), the finish reason, usage when
-asked, `[DONE]`. A client that disconnects cancels its generation. GET /metrics is in Prometheus' format.
+asked, `[DONE]`. GET /metrics is in Prometheus' format.
+
+No client can hold the model or the process: bodies over 4 MB and conversations over the message and character
+limits are refused before any model work; a client that disconnects, streaming or not, cancels its generation;
+on shutdown every generation is cancelled. Every error, whatever failed, is answered in OpenAI's error shape
+without server internals.
 """
 
 from __future__ import annotations
@@ -13,10 +18,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
+import secrets
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import closing
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, closing
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -27,6 +35,9 @@ from openai.types import Model
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.chat.chat_completion_chunk import ChoiceDelta
 from sse_starlette import EventSourceResponse
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import server_models as api
 from app.clients.base import Client, ClientError, Delta
@@ -36,8 +47,16 @@ from app.server_metrics import ServerMetrics
 from app.server_models import APIError, ChatRequest, ErrorBody, ModelList, error_response
 from app.server_responses import Reply, finish_reason
 
+log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 4 * 1024 * 1024
+DISCONNECT_POLL_S = 0.1  # how often a request looks whether its client is still there
 _END = object()
+
+
+# One Server-Sent Event of a streamed completion (OpenAPI before 3.2 describes a stream by its events).
+_SSE_EVENT = {"type": "object", "required": ["data"], "properties": {
+    "data": {"type": "string", "description": "A chat.completion.chunk as JSON, an {\"error\": ...} object, or [DONE]."},
+    "event": {"type": "string"}, "id": {"type": "string"}, "retry": {"type": "integer"}}}
 
 
 def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
@@ -46,39 +65,91 @@ def _errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
 
 
 class BodySizeLimit:
-    """413 for request bodies over the limit, whether or not they declare their length."""
+    """413 for request bodies over the limit, whether they declare their length or come in chunks: the body is read
+    (up to the limit) before the app sees the request, then handed to it whole."""
 
-    def __init__(self, app: Any, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app, self.limit = app, limit
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            await error_response(413, f"The request body is larger than {self.limit} bytes.")(scope, receive, send)
+        declared = Headers(scope=scope).get("content-length", "")
+        too_long = declared.isdigit() and int(declared) > self.limit  # refused without reading a byte of it
+        first = None if too_long else await self._read(receive)
+        if first is None:
+            await error_response(413, f"The request body is larger than {self.limit} bytes.",
+                                 code="request_too_large")(scope, receive, send)
             return
-        received = 0
+        pending = [first]
 
-        async def limited_receive() -> dict:
-            nonlocal received
+        async def replay() -> Message:
+            return pending.pop() if pending else await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _read(self, receive: Receive) -> Message | None:
+        """The whole body as one message (or the disconnect that cut it short); None once it passes the limit."""
+        chunks: list[bytes] = []
+        size = 0
+        while True:
             message = await receive()
-            received += len(message.get("body", b""))
-            if received > self.limit:
-                raise APIError(413, f"The request body is larger than {self.limit} bytes.")
-            return message
+            if message["type"] != "http.request":
+                return message
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.limit:
+                return None
+            if not message.get("more_body", False):
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
 
-        await self.app(scope, limited_receive, send)
+
+class KeyCheckAndCount:
+    """401 for /v1/ requests without the API key (when the server has one); counts every answer by route and
+    status. Inside the CORS middleware, so that a browser's preflight is answered before any key is asked for."""
+
+    def __init__(self, app: ASGIApp, api_key: str | None, metrics: ServerMetrics) -> None:
+        self.app, self.api_key, self.metrics = app, api_key, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500  # what the client gets if the app fails before answering
+
+        async def counted(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            if self._authorized(scope):
+                await self.app(scope, receive, counted)
+            else:
+                self.metrics.errors.labels("authentication_error").inc()
+                await error_response(401, "Invalid or missing API key (Authorization: Bearer <key>).",
+                                     kind="authentication_error", code="invalid_api_key")(scope, receive, counted)
+        finally:
+            route = scope.get("route")
+            self.metrics.requests.labels(getattr(route, "path", "unmatched"), str(status)).inc()
+
+    def _authorized(self, scope: Scope) -> bool:
+        if not self.api_key or not scope["path"].startswith("/v1/"):
+            return True
+        given = Headers(scope=scope).get("authorization", "")
+        return secrets.compare_digest(given.encode(), f"Bearer {self.api_key}".encode())
 
 
 class DeltaPump:
     """A client's blocking stream of deltas, read on a thread of its own and handed to the event loop. Only that
     thread touches the iterator (closing it included), so a request cancelled mid-read never races it; setting
-    `cancel` ends it within a heartbeat."""
+    `cancel` ends it within a heartbeat. `on_end` is called on that thread once the stream is closed, which
+    stops the backend's generation."""
 
-    def __init__(self, deltas: Iterator[Delta], cancel: threading.Event) -> None:
-        self.cancel = cancel
+    def __init__(self, deltas: Iterator[Delta], cancel: threading.Event, on_end: Callable[[], None]) -> None:
+        self.cancel, self._on_end = cancel, on_end
         self._loop = asyncio.get_running_loop()
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
         threading.Thread(target=self._read, args=(deltas,), name="api-deltas", daemon=True).start()
@@ -94,6 +165,7 @@ class DeltaPump:
         except BaseException as exc:  # handed to the request, never lost in the thread
             self._put(exc)
         finally:
+            self._on_end()
             self._put(_END)
 
     def _put(self, item: Any) -> None:
@@ -112,6 +184,33 @@ class DeltaPump:
         if isinstance(item, BaseException):
             raise item
         return item
+
+
+@dataclass(eq=False)
+class InFlight:
+    """One chat completion being generated: its deltas, when it started, and whether its client has left."""
+
+    pump: DeltaPump
+    started: float = field(default_factory=time.perf_counter)
+    client_left: bool = False
+    watcher: asyncio.Task[None] | None = None
+
+    def watch(self, request: Request) -> None:
+        self.watcher = asyncio.create_task(self._watch(request))
+
+    async def _watch(self, request: Request) -> None:
+        """Cancel the generation as soon as the client has gone, whether it waits for a whole answer or a stream."""
+        while not self.stopped:
+            if await request.is_disconnected():
+                self.client_left = True
+                self.pump.cancel.set()
+                return
+            await asyncio.sleep(DISCONNECT_POLL_S)
+
+    @property
+    def stopped(self) -> bool:
+        """Cancelled before the answer was complete: the client left, or the server is shutting down."""
+        return self.pump.cancel.is_set()
 
 
 class ModelHolder:
@@ -145,13 +244,20 @@ def _default_name(client: Client) -> str:
 
 
 def create_app(settings: ModelSettings | None = None, client: Client | None = None, served_name: str | None = None,
-               api_key: str | None = None, cors_origins: list[str] | None = None,
-               default_max_tokens: int = 1024) -> FastAPI:
-    """The API app. Pass `client` to serve an already loaded backend (tests), or `settings` to load one."""
+               api_key: str | None = None, cors_origins: list[str] | None = None, default_max_tokens: int = 1024,
+               max_messages: int = ServerSettings.max_messages, max_chars: int = ServerSettings.max_chars) -> FastAPI:
+    """The API app. Pass `client` to serve an already loaded backend (tests), or `settings` to load one. A chat
+    request with more than `max_messages` messages or `max_chars` characters of text in them is a 413."""
     holder = ModelHolder(settings, client, served_name)
     metrics = ServerMetrics()
-    completions = ChatCompletions(holder, metrics, default_max_tokens)
-    app = FastAPI(title="Composite LLM demo API", version="1.0",
+    completions = ChatCompletions(holder, metrics, default_max_tokens, RequestLimits(max_messages, max_chars))
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        completions.cancel_all()  # whatever is still generating must not keep the process alive
+
+    app = FastAPI(title="Composite LLM demo API", version="1.0", lifespan=lifespan,
                   description="OpenAI-compatible chat completions with tool calls and structured output.")
     _add_middleware(app, metrics, api_key, cors_origins)
     _add_error_handlers(app, metrics)
@@ -175,33 +281,25 @@ def create_app(settings: ModelSettings | None = None, client: Client | None = No
                                      max_model_len=client.capabilities.context_window)])
 
     app.post("/v1/chat/completions", response_model=ChatCompletion, response_model_exclude_unset=True,
-             responses={200: {"content": {"text/event-stream": {"schema": {"type": "string"}}},
+             responses={200: {"content": {"text/event-stream": {"schema": _SSE_EVENT}},
                               "description": "The completion, or with stream=true its chunks as Server-Sent Events."},
                         **_errors(400, 401, 404, 413, 422, 503)})(completions.create)
     return app
 
 
 def _add_middleware(app: FastAPI, metrics: ServerMetrics, api_key: str | None, cors_origins: list[str] | None) -> None:
+    # The last added runs first: CORS (preflights answered, headers on every answer, errors included), then the
+    # key, then the body's size.
+    app.add_middleware(BodySizeLimit, limit=MAX_BODY_BYTES)
+    app.add_middleware(KeyCheckAndCount, api_key=api_key, metrics=metrics)
     if cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=cors_origins, allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type"], allow_credentials=False)
-    app.add_middleware(BodySizeLimit, limit=MAX_BODY_BYTES)
-
-    @app.middleware("http")
-    async def check_api_key_and_count(request: Request, call_next: Any) -> Any:
-        if api_key and request.url.path.startswith("/v1/") and \
-                request.headers.get("authorization", "") != f"Bearer {api_key}":
-            metrics.errors.labels("authentication_error").inc()
-            response = error_response(401, "Invalid or missing API key (Authorization: Bearer <key>).",
-                                      kind="authentication_error", code="invalid_api_key")
-        else:
-            response = await call_next(request)
-        route = request.scope.get("route")
-        metrics.requests.labels(getattr(route, "path", "unmatched"), str(response.status_code)).inc()
-        return response
 
 
 def _add_error_handlers(app: FastAPI, metrics: ServerMetrics) -> None:
+    """Every error in OpenAI's shape, with a message for the client and nothing of the server's internals."""
+
     @app.exception_handler(APIError)
     async def api_error(_: Request, exc: APIError) -> JSONResponse:
         metrics.errors.labels(exc.kind).inc()
@@ -210,19 +308,51 @@ def _add_error_handlers(app: FastAPI, metrics: ServerMetrics) -> None:
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
         metrics.errors.labels("invalid_request_error").inc()
-        first = exc.errors()[0] if exc.errors() else {}
-        where = ".".join(str(part) for part in first.get("loc", ())[1:])
-        return error_response(422, f"{where}: {first.get('msg', 'invalid request')}" if where else str(exc),
-                              param=where or None)
+        message, param = _validation_message(exc.errors()[0] if exc.errors() else {})
+        return error_response(422, message, param=param)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        metrics.errors.labels("invalid_request_error").inc()
+        return error_response(exc.status_code, str(exc.detail), headers=exc.headers)
+
+    @app.exception_handler(Exception)
+    async def server_error(_: Request, exc: Exception) -> JSONResponse:  # logged by uvicorn, traceback included
+        metrics.errors.labels("server_error").inc()
+        return error_response(500, "The server failed to answer this request.", kind="server_error")
+
+
+def _validation_message(error: dict[str, Any]) -> tuple[str, str | None]:
+    """A request validation error as a message and the parameter it is about, from its location and pydantic's
+    message only: its input, context and URL would echo the request or name the server's code."""
+    location = [str(part) for part in error.get("loc", ())[1:]]  # without "body"
+    if error.get("type") == "json_invalid":  # located by the character where decoding failed
+        problem = str(error.get("ctx", {}).get("error", "decode error")).removesuffix(" at")
+        return f"The request body is not valid JSON: {problem} at character {location[0] if location else 0}.", None
+    if not location:
+        return "The request body must be a JSON object (Content-Type: application/json).", None
+    where = ".".join(location)
+    return f"{where}: {error.get('msg', 'invalid value')}", where
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """The most messages, and characters of text in them, that one chat request may have."""
+
+    max_messages: int
+    max_chars: int
 
 
 class ChatCompletions:
     """POST /v1/chat/completions: the request through the loaded client, answered whole or as an SSE stream."""
 
-    def __init__(self, holder: ModelHolder, metrics: ServerMetrics, default_max_tokens: int) -> None:
-        self.holder, self.metrics, self.default_max_tokens = holder, metrics, default_max_tokens
+    def __init__(self, holder: ModelHolder, metrics: ServerMetrics, default_max_tokens: int,
+                 limits: RequestLimits) -> None:
+        self.holder, self.metrics, self.default_max_tokens, self.limits = holder, metrics, default_max_tokens, limits
+        self._in_flight: set[InFlight] = set()
 
-    async def create(self, body: ChatRequest) -> Any:
+    async def create(self, body: ChatRequest, request: Request) -> Any:
+        api.check_size(body, self.limits.max_messages, self.limits.max_chars)
         client = self.holder.require()
         if body.model != self.holder.served_name:
             raise APIError(404, f"The model {body.model!r} does not exist here; this server serves "
@@ -230,34 +360,49 @@ class ChatCompletions:
         api.check_supported(body)
         params = api.generation_params(body, client.generation_defaults, self.default_max_tokens)
         tools, response_format, messages = api.tool_request(body), api.response_format(body), api.messages(body)
-        started = time.perf_counter()
         cancel = threading.Event()
-        pump = DeltaPump(client.stream(messages, params, cancel, tools, response_format), cancel)
-        self.metrics.in_progress.inc()
+        self.metrics.in_progress.inc()  # down again once the generation has stopped (DeltaPump's on_end)
+        flight = InFlight(DeltaPump(client.stream(messages, params, cancel, tools, response_format), cancel,
+                                    self.metrics.in_progress.dec))
+        flight.watch(request)
+        self._in_flight.add(flight)
         try:
             # The first delta before answering: a request that cannot be served is an HTTP error, not a broken
             # stream.
-            first = await pump.next()
+            first = await flight.pump.next()
         except BaseException:
-            self._done(pump, None, "error", started)
+            self._done(flight, None, "error")
             raise
         reply = Reply(model=self.holder.served_name or "")
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
-            return EventSourceResponse(self._events(pump, first, reply, include_usage, started), sep="\n", ping=15)
+            return EventSourceResponse(self._events(flight, first, reply, include_usage), sep="\n", ping=15)
+        return await self._whole(flight, first, reply)
+
+    def cancel_all(self) -> None:
+        """Stop every generation still running: the server is shutting down."""
+        for flight in list(self._in_flight):
+            flight.pump.cancel.set()
+
+    async def _whole(self, flight: InFlight, first: Delta | None, reply: Reply) -> Any:
+        """The whole completion; if the client left meanwhile, an answer nobody reads (499, as nginx logs it)."""
         ended = "cancelled"
         try:
             item = first
             while item is not None:
                 reply.add(item)
-                item = await pump.next()
+                item = await flight.pump.next()
+            if flight.client_left:
+                return error_response(499, "The client closed the request.", kind="client_closed_request")
+            if flight.stopped:
+                raise APIError(503, "The server is shutting down.", kind="service_unavailable")
             ended = finish_reason(reply.last)
         finally:
-            self._done(pump, reply, ended, started)
+            self._done(flight, reply, ended)
         return reply.completion()
 
-    async def _events(self, pump: DeltaPump, first: Delta | None, reply: Reply, include_usage: bool,
-                      started: float) -> AsyncIterator[dict[str, str]]:
+    async def _events(self, flight: InFlight, first: Delta | None, reply: Reply,
+                      include_usage: bool) -> AsyncIterator[dict[str, str]]:
         """The SSE events of one streamed reply; closing this generator (the client left) cancels the generation."""
         ended = "cancelled"
         try:
@@ -268,30 +413,41 @@ class ChatCompletions:
                 for chunk in reply.chunks(item):
                     yield _event(chunk)
                 try:
-                    item = await pump.next()
-                except APIError as exc:  # the backend failed mid-stream: say so in the stream, as vLLM does
+                    item = await flight.pump.next()
+                except Exception as exc:  # the backend failed mid-stream: say so in the stream, as vLLM does
                     ended = "error"
                     self.metrics.errors.labels("server_error").inc()
-                    yield {"data": json.dumps({"error": {"message": exc.message, "type": "server_error",
-                                                         "param": None, "code": None}})}
+                    if not isinstance(exc, APIError):  # a bug: its details go to the log, not to the client
+                        log.exception("Streaming a chat completion failed")
+                    yield _error_event(exc.message if isinstance(exc, APIError) else "Generating the answer failed.")
                     return
+            if flight.stopped:  # cancelled: no finish reason, no [DONE]
+                if not flight.client_left:
+                    yield _error_event("The generation was cancelled: the server is shutting down.")
+                return
             ended = finish_reason(reply.last)
             yield _event(reply.chunk(ChoiceDelta(), finish=ended))
             if include_usage:
                 yield _event(reply.chunk(usage=reply.usage()))
             yield {"data": "[DONE]"}
         finally:
-            self._done(pump, reply, ended, started)
+            self._done(flight, reply, ended)
 
-    def _done(self, pump: DeltaPump, reply: Reply | None, ended: str, started: float) -> None:
-        pump.cancel.set()  # a no-op after a complete reply; otherwise it stops the generation
-        self.metrics.in_progress.dec()
+    def _done(self, flight: InFlight, reply: Reply | None, ended: str) -> None:
+        flight.pump.cancel.set()  # a no-op after a complete reply; otherwise it stops the generation
+        if flight.watcher is not None:
+            flight.watcher.cancel()
+        self._in_flight.discard(flight)
         if reply is not None:
-            self.metrics.record_answer(reply.metrics, ended, time.perf_counter() - started)
+            self.metrics.record_answer(reply.metrics, ended, time.perf_counter() - flight.started)
 
 
 def _event(chunk: ChatCompletionChunk) -> dict[str, str]:
     return {"data": chunk.model_dump_json(exclude_unset=True)}
+
+
+def _error_event(message: str) -> dict[str, str]:
+    return {"data": json.dumps({"error": {"message": message, "type": "server_error", "param": None, "code": None}})}
 
 
 def main() -> None:
@@ -307,6 +463,11 @@ def main() -> None:
                         help="require this key as a Bearer token (env DEMO_SERVER_API_KEY)")
     parser.add_argument("--cors-origins", default=server.cors_origins,
                         help="comma-separated browser origins allowed to call the API (default: none)")
+    parser.add_argument("--max-messages", type=int, default=server.max_messages,
+                        help="most messages in one request (env DEMO_SERVER_MAX_MESSAGES, default: %(default)s)")
+    parser.add_argument("--max-chars", type=int, default=server.max_chars,
+                        help="most characters of text in one request's messages (env DEMO_SERVER_MAX_CHARS, "
+                             "default: %(default)s)")
     args = parser.parse_args()
     offline_by_default()
     import uvicorn
@@ -314,10 +475,12 @@ def main() -> None:
     settings = ModelSettings(**{**defaults.__dict__, "backend": args.backend, "model_path": args.model})
     origins = [origin.strip() for origin in args.cors_origins.split(",") if origin.strip()]
     app = create_app(settings=settings, served_name=args.served_model_name, api_key=args.api_key,
-                     cors_origins=origins)
+                     cors_origins=origins, max_messages=args.max_messages, max_chars=args.max_chars)
     print(f"Serving the OpenAI-compatible API on http://{args.host}:{args.port}/v1 (model loads in the background; "
           "GET /health says when it is ready)")
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    # On SIGTERM, requests still running after the timeout are cancelled, and with them their generations.
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
+                timeout_graceful_shutdown=server.shutdown_timeout_s)
 
 
 if __name__ == "__main__":

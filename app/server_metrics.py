@@ -20,7 +20,8 @@ class ServerMetrics:
         self.registry = CollectorRegistry()
         self.requests = Counter("demo_http_requests", "HTTP requests answered, by route and status code.",
                                 ["route", "status"], registry=self.registry)
-        self.in_progress = Gauge("demo_chat_requests_in_progress", "Chat completions being generated now.",
+        self.in_progress = Gauge("demo_chat_requests_in_progress",
+                                 "Chat completions being generated now (a cancelled one until its generation stopped).",
                                  registry=self.registry)
         self.prompt_tokens = Counter("demo_prompt_tokens", "Prompt tokens processed.", registry=self.registry)
         self.completion_tokens = Counter("demo_completion_tokens", "Completion tokens generated.",

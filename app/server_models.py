@@ -4,11 +4,15 @@ format, messages), with OpenAI's error shape for everything it refuses. Response
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from fastapi.responses import JSONResponse
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+from jsonschema.validators import validator_for
 from openai.types import Model
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.clients.base import GenerationParams, ResponseFormat, ToolRequest
 from app.conversation import Conversation
@@ -16,6 +20,9 @@ from app.generation_defaults import GenerationDefaults
 
 # Fields the API accepts without acting on them (they change nothing for a single local model).
 _HARMLESS_FIELDS = {"user", "metadata", "store", "parallel_tool_calls", "service_tier"}
+# A seed is a signed 64-bit integer, as in OpenAI's and vLLM's APIs.
+_SEED_RANGE = (-(2**63), 2**63 - 1)
+MAX_SCHEMA_DEPTH = 128  # objects and arrays in a tool's parameters or a response format's schema
 
 
 class APIError(Exception):
@@ -31,8 +38,9 @@ class APIError(Exception):
 
 
 def error_response(status: int, message: str, kind: str = "invalid_request_error", param: str | None = None,
-                   code: str | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}}, status_code=status)
+                   code: str | None = None, headers: Mapping[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}}, status_code=status,
+                        headers=headers)
 
 
 class ErrorDetail(BaseModel):
@@ -58,6 +66,56 @@ class FunctionDefinition(BaseModel):
     description: str | None = None
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
     strict: bool | None = None
+
+    @field_validator("parameters")
+    @classmethod
+    def _a_json_schema(cls, parameters: dict[str, Any]) -> dict[str, Any]:
+        problem = parameters_problem(parameters)
+        if problem:
+            raise ValueError(problem)
+        return parameters
+
+
+def parameters_problem(parameters: dict[str, Any]) -> str | None:
+    """Why a tool's `parameters` cannot be used, or None: prompts and grammars are built from them, so they must be
+    a JSON Schema (`schema_problem`) whose properties are schema objects."""
+    problem = schema_problem(parameters)
+    if problem:
+        return problem
+    for name, schema in (parameters.get("properties") or {}).items():
+        if not isinstance(schema, dict):
+            return f"properties.{name} must be a JSON Schema object (true and false are not supported here)"
+    return None
+
+
+def schema_problem(schema: dict[str, Any]) -> str | None:
+    """Why `schema` cannot be made into a grammar, or None: it must be a valid JSON Schema (of the draft it names,
+    else 2020-12) and nest at most MAX_SCHEMA_DEPTH objects and arrays (compiling a grammar grows steeply with
+    nesting: a schema 400 properties deep held a request for 10 s)."""
+    if json_depth(schema) > MAX_SCHEMA_DEPTH:
+        return f"the JSON Schema nests more than {MAX_SCHEMA_DEPTH} objects and arrays"
+    declared = schema.get("$schema")
+    validator = validator_for(schema, default=Draft202012Validator) if isinstance(declared, str) \
+        else Draft202012Validator
+    try:
+        validator.check_schema(schema)
+    except SchemaError as exc:
+        where = ".".join(str(part) for part in exc.path)
+        return f"not a valid JSON Schema: {exc.message[:200]}" + (f" (at {where})" if where else "")
+    except RecursionError:  # a backstop: the depth limit is well below Python's recursion limit
+        return "the JSON Schema is nested too deeply"
+    return None
+
+
+def json_depth(value: Any) -> int:
+    """How many objects and arrays deep a JSON value nests; iterative, so any depth can be measured."""
+    deepest, pending = 0, [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            pending.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 class Tool(BaseModel):
@@ -108,13 +166,38 @@ class ChatRequest(BaseModel):
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(None, ge=_SEED_RANGE[0], le=_SEED_RANGE[1])
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = Field(1, ge=1)
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
     logprobs: bool = False
+
+
+def check_size(request: ChatRequest, max_messages: int, max_chars: int) -> None:
+    """413 for a conversation too long to take on: fitting it to the context costs time for every message."""
+    if len(request.messages) > max_messages:
+        raise APIError(413, f"The request has {len(request.messages)} messages; this server takes at most "
+                            f"{max_messages} per request.", param="messages", code="request_too_large")
+    chars = text_chars(request.messages)
+    if chars > max_chars:
+        raise APIError(413, f"The messages hold {chars} characters of text; this server takes at most {max_chars} "
+                            "per request.", param="messages", code="request_too_large")
+
+
+def text_chars(value: Any) -> int:
+    """Characters in every string value of a JSON value; iterative, so deep nesting cannot overflow it."""
+    total, pending = 0, [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            total += len(item)
+        elif isinstance(item, dict):
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return total
 
 
 def check_supported(request: ChatRequest) -> None:
@@ -169,6 +252,9 @@ def response_format(request: ChatRequest) -> ResponseFormat | None:
         raise APIError(400, 'response_format type json_schema needs "json_schema": {"name": ..., "schema": {...}}.',
                        param="response_format")
     schema = body.json_schema
+    problem = schema_problem(schema.json_schema) if schema and body.type == "json_schema" else None
+    if problem:
+        raise APIError(400, f"response_format.json_schema.schema: {problem}", param="response_format")
     return ResponseFormat(body.type, schema.json_schema if schema and body.type == "json_schema" else None,
                           schema.name if schema else "response")
 
@@ -178,3 +264,5 @@ def messages(request: ChatRequest) -> list[dict[str, Any]]:
         return Conversation.from_openai(request.messages).to_openai()
     except ValueError as exc:
         raise APIError(400, f"Invalid messages: {exc}", param="messages") from exc
+    except RecursionError as exc:  # tool-call arguments given as an object nested thousands deep (not decoded here)
+        raise APIError(400, "Invalid messages: a value is nested too deeply.", param="messages") from exc

@@ -82,7 +82,9 @@ def serving(asgi_app: Any) -> Iterator[str]:
 
     import uvicorn
 
-    server = uvicorn.Server(uvicorn.Config(asgi_app, host="127.0.0.1", port=free_port(), log_level="warning"))
+    # Requests still running 2 s after the stop are cancelled (and their generations with them).
+    server = uvicorn.Server(uvicorn.Config(asgi_app, host="127.0.0.1", port=free_port(), log_level="warning",
+                                           timeout_graceful_shutdown=2))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

@@ -75,3 +75,14 @@ def test_metrics_summary_names_stops_and_cuts():
 
 def test_tool_call_ids_are_unique():
     assert ToolCall("f", {}).id != ToolCall("f", {}).id
+
+
+@pytest.mark.parametrize("tool_calls", [True, -1, "x", [[[]]], [1], [{"function": "x"}]])
+def test_tool_calls_of_the_wrong_shape_are_a_clear_value_error(tool_calls):
+    with pytest.raises(ValueError, match="tool_calls must be a list|a tool call must be an object"):
+        Conversation.from_openai([{"role": "assistant", "content": None, "tool_calls": tool_calls}])
+
+
+def test_ids_and_names_must_be_strings():
+    with pytest.raises(ValueError, match="tool_call_id must be a string"):
+        Conversation.from_openai([{"role": "tool", "content": "4", "tool_call_id": 5}])

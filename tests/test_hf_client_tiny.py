@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from dataclasses import replace
 
 import jsonschema
 import pytest
@@ -152,6 +153,54 @@ def test_oldest_turns_are_dropped_to_fit_the_context_window(tiny_model_dir):
     assert final.completion_tokens == 40
 
 
+CALCULATOR = {"type": "function", "function": {"name": "calculator", "description": "Evaluate arithmetic.",
+                                               "parameters": {"type": "object", "required": ["expression"],
+                                                              "properties": {"expression": {"type": "string"}}}}}
+
+
+def _tool_turns(count: int) -> list[dict]:
+    """`count` past turns, each a question, a calculator call, its result and the answer."""
+    turns = []
+    for i in range(count):
+        call = {"id": f"call_{i}", "type": "function",
+                "function": {"name": "calculator", "arguments": json.dumps({"expression": f"{i} * 2"})}}
+        turns += [{"role": "user", "content": f"What is {i} times two?"},
+                  {"role": "assistant", "content": None, "tool_calls": [call]},
+                  {"role": "tool", "tool_call_id": f"call_{i}", "content": str(i * 2)},
+                  {"role": "assistant", "content": f"It is {i * 2}."}]
+    return turns
+
+
+def test_fitting_keeps_the_newest_whole_turns_that_fit_exactly_as_counting_every_cut_would(tiny_model_dir):
+    client = HFClient(ModelSettings(model_path=str(tiny_model_dir), max_context_tokens=400))
+    tools = ToolRequest(tuple([CALCULATOR]))
+    messages = [{"role": "system", "content": "Be brief."}, *_tool_turns(40), {"role": "user", "content": "And 7?"}]
+    prompt = client.template.prepare(messages, GenerationParams(max_new_tokens=40), tools)
+    # The reference: every cut from the oldest turn on, the first whose prompt fits 400 - 40 tokens.
+    cuts = [i for i, message in enumerate(messages) if message["role"] == "user"]
+    reference = next(cut for cut in cuts if len(client.template.render([messages[0], *messages[cut:]], tools)) <= 360)
+    assert prompt.dropped_messages == reference - 1 > 0
+    assert prompt.token_ids == client.template.render([messages[0], *messages[reference:]], tools)
+    assert "calculator" in client.tokenizer.decode(prompt.token_ids)  # calls and results kept, in whole turns
+
+
+def test_fitting_ten_thousand_messages_renders_each_message_about_once(tiny_model_dir, monkeypatch):
+    """Linear, not quadratic: counting the prompt once per dropped turn took minutes for 10,000 messages."""
+    client = HFClient(ModelSettings(model_path=str(tiny_model_dir), max_context_tokens=300))
+    rendered: list[int] = []
+    render = client.template.render
+    monkeypatch.setattr(client.template, "render",
+                        lambda messages, tools=None: rendered.append(len(messages)) or render(messages, tools))
+    messages = [{"role": ("user", "assistant")[i % 2], "content": f"short message number {i}"} for i in range(10_001)]
+    started = time.monotonic()
+    prompt = client.template.prepare(messages, GenerationParams(max_new_tokens=40), None)
+    assert time.monotonic() - started < 5
+    assert sum(rendered) < 1.2 * len(messages)  # the whole once, then only a few spans of what fits
+    dropped = prompt.dropped_messages
+    assert messages[dropped]["role"] == "user" and len(prompt.token_ids) <= 260  # whole turns, within budget
+    assert len(render(messages[dropped - 2:])) > 260  # and one more turn would not have fitted
+
+
 def test_a_message_longer_than_the_context_window_is_a_clear_error(tiny_model_dir):
     client = HFClient(ModelSettings(model_path=str(tiny_model_dir), max_context_tokens=64))
     with pytest.raises(ClientError, match="only 32 fit"):
@@ -232,3 +281,10 @@ def test_with_tools_on_offer_a_json_response_format_allows_that_json_or_a_call(t
 def test_a_schema_the_grammar_engine_cannot_enforce_is_a_clear_error(tiny_client):
     with pytest.raises(ClientError, match="JSON Schema cannot be enforced"):
         collect(tiny_client, HELLO, GREEDY, response_format=ResponseFormat("json_schema", {"type": "nonsense"}))
+
+
+def test_any_integer_seed_generates_and_seeds_modulo_two_to_the_64(tiny_client):
+    sampled = GenerationParams(temperature=1.0, max_new_tokens=8)
+    answers = [collect(tiny_client, HELLO, replace(sampled, seed=seed))[0] for seed in (2**70 + 5, 5, -(2**70))]
+    assert answers[0] == answers[1]  # torch.manual_seed refused 2**70 ("Overflow when unpacking long")
+    assert answers[2] == collect(tiny_client, HELLO, replace(sampled, seed=-(2**70) % 2**64))[0]

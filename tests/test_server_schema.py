@@ -1,13 +1,15 @@
 """Property-based API testing of our server with schemathesis: generated requests from /openapi.json, sent over
 HTTP to a real server on 127.0.0.1 (tiny model, so generations are quick): never a 5xx, never off-schema, and
-the 200 answers validated against the declared response models (`openai.types.chat.ChatCompletion`)."""
+the 200 answers validated against the declared response models (`openai.types.chat.ChatCompletion`). Requests
+that break the schema on purpose (negative mode) must be refused with a 4xx in OpenAI's error shape."""
 
 from __future__ import annotations
 
 import pytest
 import schemathesis
-from schemathesis.checks import positive_data_acceptance
 from hypothesis import HealthCheck, given, settings
+from schemathesis import GenerationMode
+from schemathesis.checks import positive_data_acceptance
 
 from app.server import create_app
 from harness.local_http import serving
@@ -46,3 +48,21 @@ def test_generated_requests_never_break_the_server(tiny_api):
 
     check()
     assert completions.count(200) >= 5, completions  # 200 bodies were really checked against ChatCompletion
+
+
+def test_requests_that_break_the_schema_get_a_clear_4xx(tiny_api):
+    schema = schemathesis.openapi.from_url(f"{tiny_api}/openapi.json")
+    refused: list[int] = []  # statuses of the chat completions refused
+
+    @settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(case=schema.as_strategy(generation_mode=GenerationMode.NEGATIVE))
+    def check(case):
+        response = case.call(base_url=tiny_api, timeout=60)
+        assert response.status_code < 500, (case.body, response.text[:500])
+        if case.path == "/v1/chat/completions" and response.status_code >= 400:
+            error = response.json()["error"]  # OpenAI's shape, which the SDKs turn into typed errors
+            assert error["message"] and error["type"] and "Traceback" not in error["message"]
+            refused.append(response.status_code)
+
+    check()
+    assert len(refused) >= 10, refused  # the chat completions really were sent broken requests

@@ -5,6 +5,7 @@ stop tokens, fitting into the context window, and the parser and grammar for the
 from __future__ import annotations
 
 import functools
+import re
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -173,20 +174,22 @@ class ChatTemplate:
         # Reserve room for the answer, but never more than half the window: a large "max new tokens" on a small
         # model should shorten the answer's room, not drop the whole history.
         reserve = min(params.max_new_tokens, max(1, self.context_window // 2))
-        rendered: list[int] = []
+        budget = self.context_window - reserve
+        fitting: dict[int, list[int]] = {}  # the token ids of each candidate that fit, by its message count
 
         def count(candidate: list[dict[str, Any]]) -> int:
-            rendered[:] = self.render(candidate, tools)
-            return len(rendered)
+            token_ids = self.render(candidate, tools)
+            if len(token_ids) <= budget:
+                fitting[len(candidate)] = token_ids
+            return len(token_ids)
 
         try:
-            # fit_to_context returns the last candidate it counted, so `rendered` then holds its token ids.
-            fitted = fit_to_context(messages, count, self.context_window - reserve)
+            fitted = fit_to_context(messages, count, budget)
         except PromptTooLong as exc:
             raise ClientError(str(exc)) from exc
         except Exception as exc:  # a template that cannot render these messages
             raise ClientError(f"The model's chat template could not render the conversation: {exc}") from exc
-        return list(rendered), fitted.dropped_messages
+        return fitting[len(fitted.messages)], fitted.dropped_messages
 
 
 def _grammar(forced: list[ConstrainedCall], dialect: Dialect, offered: list[dict[str, Any]],
@@ -194,13 +197,24 @@ def _grammar(forced: list[ConstrainedCall], dialect: Dialect, offered: list[dict
     """EBNF for the reply: one of the `forced` calls; else, with a JSON response format, that JSON or a call to one
     of the `offered` tools; else none (free text)."""
     if forced:
-        return call_ebnf(forced)
+        try:
+            return call_ebnf(forced)
+        except Exception as exc:  # xgrammar refuses schemas it cannot turn into a grammar
+            raise ClientError("The parameters of the tool to call cannot be enforced as a grammar: "
+                              f"{_grammar_problem(exc)}") from exc
     if response_format is None or not response_format.constrained:
         return None
     try:
         return reply_ebnf([dialect.json_call(tool) for tool in offered], response_format.schema)
     except Exception as exc:  # xgrammar refuses schemas it cannot turn into a grammar
-        raise ClientError(f"The response format's JSON Schema cannot be enforced: {exc}") from exc
+        raise ClientError(f"The response format's JSON Schema cannot be enforced: {_grammar_problem(exc)}") from exc
+
+
+def _grammar_problem(error: Exception) -> str:
+    """xgrammar's complaint without the "[time] source-file:line:" prefix of its C++ logs (no server internals in
+    an API answer)."""
+    lines = str(error).strip().splitlines() or [type(error).__name__]
+    return re.sub(r"^\[[^\]]*\]\s*\S+:\d+:\s*", "", lines[-1].strip())
 
 
 class LocalTemplateClient(ABC):

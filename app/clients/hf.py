@@ -76,6 +76,12 @@ class CancelCriteria(StoppingCriteria):
         return torch.full((input_ids.shape[0],), stop, dtype=torch.bool, device=input_ids.device)
 
 
+def torch_seed(seed: int) -> int:
+    """`seed` in the range torch.manual_seed accepts (unsigned 64 bits), so that no integer fails a generation.
+    torch already reads a negative seed modulo 2**64, so seeds it accepted keep their meaning."""
+    return seed % 2**64
+
+
 def resolve_device(requested: str) -> str:
     if requested != "auto":
         return requested
@@ -247,7 +253,7 @@ class _Generation:
                 self.client.tokenizer, lambda text, tokens: feed.put(EngineOutput(text=text, tokens=tokens))
             )
             if self.prompt.params.seed is not None:
-                torch.manual_seed(self.prompt.params.seed)
+                torch.manual_seed(torch_seed(self.prompt.params.seed))
             with torch.inference_mode():
                 self.client.model.generate(
                     **self.kwargs, streamer=streamer,
