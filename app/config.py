@@ -111,6 +111,19 @@ class DocumentSettings:
 
 
 @dataclass(frozen=True)
+class DatabaseSettings:
+    """Where conversations are saved: DEMO_DATABASE_URL for a shared deployment (postgresql+psycopg://user:password@
+    host/db), else a SQLite file in the cache folder, which suits one machine."""
+
+    url: str
+
+    @classmethod
+    def from_env(cls) -> DatabaseSettings:
+        explicit = os.environ.get("DEMO_DATABASE_URL", "").strip()
+        return cls(url=explicit or f"sqlite:///{cache_dir() / 'conversations.db'}")
+
+
+@dataclass(frozen=True)
 class WeatherSettings:
     """Where get_weather asks: Open-Meteo's free public API, or a mirror (or a local stand-in in tests)."""
 

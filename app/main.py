@@ -13,7 +13,7 @@ if _ROOT not in sys.path:
 import streamlit as st  # noqa: E402
 
 from app.config import offline_by_default  # noqa: E402
-from app.ui import sidebar, state  # noqa: E402
+from app.ui import history, persistence, sidebar, state  # noqa: E402
 from app.ui.tool_settings import KEPT_PREFIX  # noqa: E402
 
 offline_by_default()
@@ -33,5 +33,9 @@ for key in [k for k in st.session_state if isinstance(k, str) and k.startswith(K
     st.session_state[key] = st.session_state[key]
 current = st.navigation(list(pages.values()))
 page_name = next(name for name, page in pages.items() if page.url_path == current.url_path)
-sidebar.render(page_name, state.conversation(page_name))
+conversation = state.conversation(page_name)
+persistence.open_from_url(page_name, conversation)  # a refresh or a link reopens the saved conversation
+persistence.save(page_name, conversation)  # what the last run changed (a stopped answer, Regenerate, Resend)
+sidebar.render(page_name, conversation)
+history.render(page_name, conversation)
 current.run()

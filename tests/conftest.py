@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# Conversations the tests save go to a throwaway database, never the user's own (tests that look at a database
+# set their own DEMO_DATABASE_URL).
+os.environ.setdefault("DEMO_DATABASE_URL", f"sqlite:///{tempfile.mkdtemp(prefix='demo-tests-')}/conversations.db")
 
 from tests.tiny_model import build_tiny_model  # noqa: E402
 
@@ -75,6 +79,28 @@ def smol_client(smollm2_dir: Path):
     from app.config import ModelSettings
 
     return HFClient(ModelSettings(model_path=str(smollm2_dir), device="cpu"))
+
+
+# ----- databases: SQLite always; PostgreSQL where Debian's postgresql is installed (a throwaway server) -----------
+
+@pytest.fixture(scope="session")
+def postgres_admin_url():
+    from tests.database import NOT_INSTALLED, postgres_bin, postgres_server
+
+    if postgres_bin() is None:
+        pytest.skip(NOT_INSTALLED)
+    with postgres_server() as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The URL of a new, empty database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'conversations.db'}"
+    from tests.database import new_database
+
+    return new_database(request.getfixturevalue("postgres_admin_url"))
 
 
 # ----- the app in a real browser: `streamlit run` on 127.0.0.1, Debian's headless Chromium driven by Playwright ----

@@ -27,7 +27,7 @@ from app.clients.base import Client
 from app.conversation import Attachment, Conversation, Message, ToolCall
 from app.tools.browser import cited_sources
 from app.tools.documents import DocumentError, document_attachment
-from app.ui import state
+from app.ui import persistence, state
 from app.ui.sidebar import SidebarState
 
 _FLUSH_EVERY_S = 0.05  # re-render the growing answer at most 20 times a second
@@ -163,13 +163,15 @@ def _partial_json_string(arguments: str, opening: str) -> str | None:
 
 
 def stream_turn(
+    page: str,
     client: Client,
     conversation: Conversation,
     sidebar: SidebarState,
     tools: ToolSettings | None = None,
     transform: Callable[[str], str] | None = None,
 ) -> None:
-    """Stream a turn into an assistant bubble: text as it comes, a live card per tool call.
+    """Stream a turn into an assistant bubble: text as it comes, a live card per tool call; each finished answer
+    and tool result is saved to the page's stored conversation at once.
 
     If the user presses Stop (or anything reruns the script), Streamlit raises inside a render call; closing the
     event stream then cancels generation (or abandons the running tool) and the agent keeps what happened so far,
@@ -210,6 +212,7 @@ def stream_turn(
                 elif isinstance(event, Notice):
                     notices.caption(event.text)
                 elif isinstance(event, AnswerDone):
+                    persistence.save(page, conversation)  # each answer is stored as soon as it is complete
                     writing.empty()
                     writing_call = False
                     content = event.message.content or ""
@@ -223,6 +226,7 @@ def stream_turn(
                     with card:
                         _arguments(event.call)
                 elif isinstance(event, ToolCallFinished):
+                    persistence.save(page, conversation)
                     assert card is not None
                     with card:
                         _result_body(event.message)
@@ -255,13 +259,15 @@ def answer_if_asked(
     message = user_message(submitted, on_upload)
     if message is not None:
         render_message(conversation.add(message))
+        persistence.save(page, conversation)  # stored before the answer starts: a crash loses only the answer
         wants_answer = True
     if not wants_answer:
         return
     if client is None:
         answer_error(conversation, "No model is loaded: fix the model settings in the sidebar, then press Regenerate.")
     else:
-        stream_turn(client, conversation, sidebar, tools, transform)
+        stream_turn(page, client, conversation, sidebar, tools, transform)
+    persistence.save(page, conversation)
     st.rerun()
 
 

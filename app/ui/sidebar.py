@@ -15,7 +15,7 @@ from app.clients.registry import BACKENDS
 from app.config import ModelSettings
 from app.conversation import Conversation
 from app.generation_defaults import defaults_for_settings
-from app.ui import sampling_settings, state
+from app.ui import persistence, sampling_settings, state
 
 # Empty: the model's own default system prompt, where its chat template has one (SmolLM2's, the one it was trained
 # with, answered the smoke set better than a generic "helpful, concise assistant": bench/smoke_set.py).
@@ -67,7 +67,8 @@ def render(page: str, conversation: Conversation) -> SidebarState:
 
         st.subheader("Conversation")
         left, right = st.columns(2)
-        left.button("Clear", on_click=conversation.clear, width="stretch", key="clear")
+        left.button("Clear", on_click=persistence.start_new, args=(page, conversation), width="stretch", key="clear",
+                    help="A new, empty conversation; this one stays in the history.")
         right.button("Regenerate", on_click=_regenerate, args=(page, conversation), width="stretch",
                      key="regenerate")
         _edit_last_message(page, conversation)

@@ -1,0 +1,17 @@
+"""Saved conversations: the only code that talks to the database (SQLAlchemy; SQLite by default, PostgreSQL by
+DEMO_DATABASE_URL; schema by Alembic migrations, applied when the database is opened)."""
+
+from __future__ import annotations
+
+from app.storage.engine import open_database
+from app.storage.errors import ConversationNotFound, ImportRejected, StorageError, VersionConflict
+from app.storage.repository import ConversationStore, ConversationSummary, StoredConversation
+
+__all__ = ["ConversationNotFound", "ConversationStore", "ConversationSummary", "ImportRejected", "StorageError",
+           "StoredConversation", "VersionConflict", "default_store", "open_database"]
+
+
+def default_store() -> ConversationStore:
+    """A store on the configured database (DatabaseSettings), migrated. Each call opens a new engine: the caller
+    keeps one per process."""
+    return ConversationStore(open_database())

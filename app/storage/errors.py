@@ -1,0 +1,31 @@
+"""What the store raises. Every failure a caller should handle is a StorageError; database driver errors are
+wrapped in one too, so a page can show "not saved" without knowing SQLAlchemy."""
+
+from __future__ import annotations
+
+
+class StorageError(Exception):
+    """The store could not do what was asked (the database is unreachable, locked for too long, ...)."""
+
+
+class ConversationNotFound(StorageError):
+    """No such conversation for this owner. Another owner's conversation raises this too: its existence is not
+    revealed."""
+
+    def __init__(self, conversation_id: str) -> None:
+        super().__init__(f"conversation {conversation_id!r} not found")
+        self.conversation_id = conversation_id
+
+
+class VersionConflict(StorageError):
+    """The conversation was edited (truncated, renamed) since the caller read `expected`; it is now `actual`."""
+
+    def __init__(self, conversation_id: str, expected: int, actual: int) -> None:
+        super().__init__(f"conversation {conversation_id!r} changed elsewhere (version {actual}, expected {expected})")
+        self.conversation_id = conversation_id
+        self.expected = expected
+        self.actual = actual
+
+
+class ImportRejected(StorageError):
+    """An imported file is not a conversation export; the message says what is wrong and where."""

@@ -1,0 +1,85 @@
+"""The tables. Conversations hold their settings and counters; messages are append-only rows (a truncation marks
+rows deleted), each holding one message as JSON text (app/storage/codec.py) and a lower-cased copy of its text for
+search. The migrations in migrations/versions create exactly this; tests compare the two."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, DateTime, Dialect, ForeignKey, Index, MetaData, String, Text, false
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+# Explicit constraint names, so that a later migration can drop or alter them by name on every backend.
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+TRIGRAM_INDEX = "ix_messages_search_text_trgm"
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on every backend. SQLite has no time zones: values are stored there as naive
+    UTC text (which sorts in time order) and come back aware."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetimes are ambiguous; pass a timezone-aware one")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map = {datetime: UTCDateTime, dict[str, Any]: JSON}
+
+
+class ConversationRow(Base):
+    __tablename__ = "conversations"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)  # a random UUID4: not guessable, no sequence
+    owner: Mapped[str] = mapped_column(String(200))
+    page: Mapped[str] = mapped_column(String(64))
+    title: Mapped[str] = mapped_column(String(200))
+    settings: Mapped[dict[str, Any]]
+    version: Mapped[int]  # optimistic concurrency: bumped by truncate and rename, not by append
+    message_count: Mapped[int]  # the next message's seq; deleted rows keep their seq, so this never goes down
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]  # the last append, truncation or rename
+
+    # The history list: one owner's conversations, newest first (id breaks ties, so paging is stable).
+    __table_args__ = (Index("ix_conversations_owner_updated_at", "owner", "updated_at", "id"),)
+
+
+class MessageRow(Base):
+    __tablename__ = "messages"
+
+    conversation_id: Mapped[str] = mapped_column(
+        String(36), ForeignKey("conversations.id", ondelete="CASCADE"), primary_key=True)
+    seq: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    # Before the payload: SQLite reads a row's columns in order, so filters need not read a large payload.
+    deleted: Mapped[bool] = mapped_column(server_default=false())
+    search_text: Mapped[str] = mapped_column(Text)  # content and display text, lower-cased (codec.search_text)
+    payload: Mapped[str] = mapped_column(Text)  # one message as JSON (codec.encode_message_json)
+    created_at: Mapped[datetime]
+
+    # PostgreSQL: a trigram index lets `search_text LIKE '%term%'` use an index (pg_trgm; the migration skips it
+    # with a warning where the extension cannot be created). SQLite scans one owner's messages, which is fast
+    # enough for one machine's history.
+    __table_args__ = (
+        Index(TRIGRAM_INDEX, "search_text", postgresql_using="gin",
+              postgresql_ops={"search_text": "gin_trgm_ops"}).ddl_if(dialect="postgresql"),
+    )

@@ -1,0 +1,276 @@
+"""ConversationStore: every read and write of saved conversations. Each method takes the owner first and only
+ever touches that owner's rows; another owner's conversation behaves exactly like a missing one."""
+
+from __future__ import annotations
+
+import builtins
+import json
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import ColumnElement, Engine, case, delete, exists, false, func, insert, or_, select, update
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.conversation import Message
+from app.storage import codec, transfer
+from app.storage.errors import ConversationNotFound, StorageError, VersionConflict
+from app.storage.models import ConversationRow as C
+from app.storage.models import MessageRow as M
+from app.storage.sqlite import WRITE
+
+MAX_LIST_LIMIT = 500
+
+
+@dataclass(frozen=True)
+class ConversationSummary:
+    """One history entry. message_count counts the messages shown (not those a truncation removed)."""
+
+    id: str
+    title: str
+    page: str
+    updated_at: datetime
+    message_count: int
+
+
+@dataclass(frozen=True)
+class StoredConversation:
+    id: str
+    owner: str
+    page: str
+    title: str
+    settings: dict[str, Any]
+    version: int
+    created_at: datetime
+    updated_at: datetime
+    message_count: int  # the messages shown; len(messages) when they were read
+    messages: list[Message]  # in order, without truncated ones; empty when read with with_messages=False
+
+
+class ConversationStore:
+    """Saved conversations on one engine (app.storage.engine.open_database). Thread-safe: it keeps no state but
+    the engine's connection pool. Database failures raise StorageError."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._sessions = sessionmaker(engine, expire_on_commit=False)
+
+    # ----- conversations ----------------------------------------------------------------------------------------
+
+    def create(self, owner: str, page: str, title: str = "", settings: dict[str, Any] | None = None) -> str:
+        """A new, empty conversation (version 1); returns its id."""
+        _check_owner(owner)
+        _check_page(page)
+        now = _now()
+        row = C(id=str(uuid.uuid4()), owner=owner, page=page, title=codec.clean_title(title),
+                settings=_json_object(settings or {}), version=1, message_count=0, created_at=now, updated_at=now)
+        with self._writing() as session:
+            session.add(row)
+        return row.id
+
+    def list(self, owner: str, page: str | None = None, search: str = "", limit: int = 50,
+             offset: int = 0) -> builtins.list[ConversationSummary]:
+        """The owner's conversations, newest first (updated_at), optionally of one page only. `search` keeps those
+        whose title or a shown message's text contains it, ignoring case; % and _ match themselves."""
+        if not 1 <= limit <= MAX_LIST_LIMIT or offset < 0:
+            raise ValueError(f"limit must be 1..{MAX_LIST_LIMIT} and offset >= 0")
+        query = select(C.id, C.title, C.page, C.updated_at, _shown_count()).where(C.owner == owner)
+        if page is not None:
+            query = query.where(C.page == page)
+        if term := search.strip().lower().replace("\x00", ""):  # as codec.search_text stores it
+            in_messages = exists().where(M.conversation_id == C.id, M.deleted == false(),
+                                         M.search_text.contains(term, autoescape=True))
+            query = query.where(or_(func.lower(C.title).contains(term, autoescape=True), in_messages))
+        query = query.order_by(C.updated_at.desc(), C.id.desc()).limit(limit).offset(offset)
+        with self._reading() as session:
+            return [ConversationSummary(*row) for row in session.execute(query)]
+
+    def get(self, owner: str, id: str, with_messages: bool = True) -> StoredConversation:
+        """The conversation and its shown messages in order (none when with_messages is False, which is cheaper:
+        for a title or a version)."""
+        with self._reading() as session:
+            row = self._row(session, owner, id)
+            if with_messages:
+                payloads = session.scalars(select(M.payload).where(M.conversation_id == id, M.deleted == false())
+                                           .order_by(M.seq)).all()
+                messages = [codec.decode_message_json(payload) for payload in payloads]
+                count = len(messages)
+            else:
+                messages, count = [], session.scalar(select(_shown_count()).where(C.id == id)) or 0
+        return StoredConversation(row.id, row.owner, row.page, row.title, row.settings, row.version, row.created_at,
+                                  row.updated_at, count, messages)
+
+    def rename(self, owner: str, id: str, title: str, expected_version: int) -> int:
+        """Set the title (one line, cut to 200 characters); returns the new version. VersionConflict if the
+        conversation is no longer at expected_version."""
+        with self._writing() as session:
+            return self._bump_version(session, owner, id, expected_version, title=codec.clean_title(title))
+
+    def update_settings(self, owner: str, id: str, settings: dict[str, Any]) -> None:
+        """Replace the conversation's settings. Last writer wins, and neither version nor updated_at changes: a
+        slider moved in one tab must not make another tab's edit fail, nor reorder the history."""
+        values = _json_object(settings)
+        with self._writing() as session:
+            if session.execute(update(C).where(C.id == id, C.owner == owner).values(settings=values)
+                               .execution_options(synchronize_session=False)).rowcount == 0:
+                raise ConversationNotFound(id)
+
+    def delete(self, owner: str, id: str) -> None:
+        """Delete the conversation and its messages for good."""
+        with self._writing() as session:
+            if session.execute(delete(C).where(C.id == id, C.owner == owner)
+                               .execution_options(synchronize_session=False)).rowcount == 0:
+                raise ConversationNotFound(id)
+
+    # ----- messages ---------------------------------------------------------------------------------------------
+
+    def append(self, owner: str, id: str, message: Message) -> int:
+        """Add a message at the end; returns its seq. Appends from many threads or processes are serialised by the
+        conversation's row (each gets the next seq), so none is lost. The first user message with text titles an
+        untitled conversation. The version does not change."""
+        payload, text, now = codec.encode_message_json(message), codec.search_text(message), _now()
+        values: dict[str, Any] = {"message_count": C.message_count + 1, "updated_at": now}
+        if message.role == "user" and (title := codec.title_from(message)):
+            values["title"] = case((C.title == "", title), else_=C.title)
+        with self._writing() as session:
+            count = session.execute(update(C).where(C.id == id, C.owner == owner).values(values)
+                                    .returning(C.message_count)
+                                    .execution_options(synchronize_session=False)).scalar_one_or_none()
+            if count is None:
+                raise ConversationNotFound(id)
+            session.execute(insert(M).values(conversation_id=id, seq=count - 1, deleted=False, search_text=text,
+                                             payload=payload, created_at=now))
+        return count - 1
+
+    def truncate(self, owner: str, id: str, keep: int, expected_version: int,
+                 expected_count: int | None = None) -> int:
+        """Keep the first `keep` shown messages and mark the rest deleted (Regenerate, edit-and-resend, Clear);
+        returns the new version. VersionConflict if the conversation is no longer at expected_version, or, given
+        `expected_count`, no longer has that many shown messages: appends do not move the version, and a caller
+        that has not seen another tab's messages must not delete them."""
+        if keep < 0:
+            raise ValueError("keep must be >= 0")
+        with self._writing() as session:
+            version = self._bump_version(session, owner, id, expected_version)
+            shown = M.conversation_id == id, M.deleted == false()
+            if expected_count is not None:
+                count = session.scalar(select(func.count(M.seq)).where(*shown)) or 0
+                if count != expected_count:
+                    raise VersionConflict(id, expected_version, version)  # rolled back with the transaction
+            first_dropped = session.scalar(select(M.seq).where(*shown).order_by(M.seq).offset(keep).limit(1))
+            if first_dropped is not None:
+                session.execute(update(M).where(*shown, M.seq >= first_dropped).values(deleted=True)
+                                .execution_options(synchronize_session=False))
+        return version
+
+    # ----- files ------------------------------------------------------------------------------------------------
+
+    def export_json(self, owner: str, id: str) -> dict[str, Any]:
+        """The conversation as a JSON-able dict; the format is documented in app/storage/transfer.py."""
+        return transfer.export_document(self.get(owner, id))
+
+    def export_markdown(self, owner: str, id: str) -> str:
+        stored = self.get(owner, id)
+        return codec.conversation_to_markdown(stored.title, stored.messages)
+
+    def import_json(self, owner: str, raw: bytes, page: str | None = None) -> str:
+        """A new conversation of the owner's from an export_json file (JSON bytes, at most 50 MB, at most 10,000
+        messages), on `page` if given (the page it is imported on) else the file's; returns its id.
+        ImportRejected says what is wrong and where; nothing is created then, nor if the database fails half-way
+        (one transaction)."""
+        _check_owner(owner)
+        imported = transfer.parse_import(raw)
+        now, conversation_id = _now(), str(uuid.uuid4())
+        rows = [{"conversation_id": conversation_id, "seq": seq, "deleted": False, "created_at": now,
+                 "search_text": codec.search_text(message), "payload": codec.encode_message_json(message)}
+                for seq, message in enumerate(imported.messages)]
+        with self._writing() as session:
+            session.add(C(id=conversation_id, owner=owner, page=page or imported.page, title=codec.clean_title(imported.title),
+                          settings=imported.settings, version=1, message_count=len(rows),
+                          created_at=imported.created_at or now, updated_at=now))
+            session.flush()  # the conversation before its messages (foreign key)
+            if rows:
+                session.execute(insert(M), rows)
+        return conversation_id
+
+    # ----- helpers ----------------------------------------------------------------------------------------------
+
+    @contextmanager
+    def _reading(self) -> Iterator[Session]:
+        """One snapshot for all reads inside: a conversation's row and its messages agree. (SQLite's transactions
+        are snapshots already; PostgreSQL's default, READ COMMITTED, takes one per statement.)"""
+        with _database_errors(), self._sessions() as session:
+            if self.engine.dialect.name == "postgresql":
+                session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+            yield session
+
+    @contextmanager
+    def _writing(self) -> Iterator[Session]:
+        """One transaction, committed at the end, rolled back on any exception."""
+        with _database_errors(), self._sessions.begin() as session:
+            session.connection(execution_options=WRITE)
+            yield session
+
+    @staticmethod
+    def _row(session: Session, owner: str, id: str) -> C:
+        row = session.scalar(select(C).where(C.id == id, C.owner == owner))
+        if row is None:
+            raise ConversationNotFound(id)
+        return row
+
+    @staticmethod
+    def _bump_version(session: Session, owner: str, id: str, expected: int, **values: Any) -> int:
+        """Compare-and-set in one statement: the version goes up only if it still is `expected`."""
+        version = session.execute(
+            update(C).where(C.id == id, C.owner == owner, C.version == expected)
+            .values(version=C.version + 1, updated_at=_now(), **values).returning(C.version)
+            .execution_options(synchronize_session=False)).scalar_one_or_none()
+        if version is not None:
+            return version
+        actual = session.scalar(select(C.version).where(C.id == id, C.owner == owner))
+        if actual is None:
+            raise ConversationNotFound(id)
+        raise VersionConflict(id, expected, actual)
+
+
+def _shown_count() -> ColumnElement[int]:
+    """The number of shown messages of the conversation in the enclosing query."""
+    return (select(func.count(M.seq)).where(M.conversation_id == C.id, M.deleted == false())
+            .correlate(C).scalar_subquery())
+
+
+@contextmanager
+def _database_errors() -> Iterator[None]:
+    try:
+        yield
+    except SQLAlchemyError as exc:
+        raise StorageError(f"database error: {getattr(exc, 'orig', None) or exc}") from exc
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _check_owner(owner: str) -> None:
+    if not 0 < len(owner) <= 200:
+        raise ValueError("owner must be 1 to 200 characters")
+
+
+def _check_page(page: str) -> None:
+    if not 0 < len(page) <= 64:
+        raise ValueError("page must be 1 to 64 characters")
+
+
+def _json_object(settings: Any) -> dict[str, Any]:
+    """Settings as they will be stored: a JSON object (checked here, so that a bad value fails clearly, before the
+    database sees it)."""
+    if not isinstance(settings, dict):
+        raise ValueError("settings must be a dict")
+    try:
+        return json.loads(json.dumps(settings, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"settings must be JSON-serialisable: {exc}") from exc

@@ -1,0 +1,204 @@
+"""Each page's conversation, saved as it happens and reopened from the URL (`?c=<id>`).
+
+The page keeps working on its in-memory Conversation; `save()` brings the database level with it after every
+event that changed it (a message sent, an answer or a tool result finished, Regenerate, Resend). It remembers a
+fingerprint of each message it saved, so it only appends what is new, and truncates (with the version it last
+saw) only when the conversation was rewound. When saving fails the conversation stays as it is on screen and the
+next save tries again: nothing is lost. Everything here lives in st.session_state; the store is one per process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import streamlit as st
+
+from app.conversation import Conversation, Message
+from app.storage import (ConversationNotFound, ConversationStore, StorageError, StoredConversation, VersionConflict,
+                         default_store)
+from app.storage.codec import encode_message
+
+log = logging.getLogger(__name__)
+LOCAL_OWNER = "local"  # a demo on one's own machine: one user, every conversation theirs
+QUERY_KEY = "c"
+# Settings that belong to a conversation: restored into these widget keys when it is opened.
+SETTINGS_KEYS = {"system_prompt": "system_prompt", "tool_choice": "settings.{page}.choice"}
+
+
+@dataclass
+class Binding:
+    """Which stored conversation a page shows, and what of it this session has saved."""
+
+    conversation_id: str | None = None
+    version: int = 0
+    saved: list[str] = field(default_factory=list)  # fingerprints of the saved messages, in order
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+class _StoreOpener:
+    """Opens the store once per app process; while the database cannot be reached, tries again at most every
+    `retry_s` seconds, so a page does not wait for a connection timeout at every step of every run."""
+
+    def __init__(self, retry_s: float = 30.0) -> None:
+        self.retry_s = retry_s
+        self._store: ConversationStore | None = None
+        self._failure: tuple[float, StorageError] | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> ConversationStore:
+        with self._lock:
+            if self._store is not None:
+                return self._store
+            if self._failure is not None and time.monotonic() - self._failure[0] < self.retry_s:
+                raise self._failure[1]
+            try:
+                self._store = default_store()
+            except StorageError as exc:
+                self._failure = (time.monotonic(), exc)
+                raise
+            return self._store
+
+
+@st.cache_resource(show_spinner=False)
+def _opener() -> _StoreOpener:
+    return _StoreOpener()
+
+
+def store() -> ConversationStore:
+    """The store (engine and connection pool), one per app process and shared by sessions: it keeps no session's
+    state. StorageError while the database cannot be opened."""
+    return _opener().get()
+
+
+def owner() -> str:
+    """Whose conversations these are: the signed-in user when Streamlit authentication is configured."""
+    try:
+        if st.user.is_logged_in:
+            return str(st.user.get("email") or st.user.get("sub"))
+    except Exception:  # no authentication configured: st.user has no login state
+        pass
+    return LOCAL_OWNER
+
+
+def binding(page: str) -> Binding:
+    key = f"_binding/{page}"
+    if key not in st.session_state:
+        st.session_state[key] = Binding()
+    return st.session_state[key]
+
+
+def fingerprint(message: Message) -> str:
+    return hashlib.sha256(json.dumps(encode_message(message), sort_keys=True).encode()).hexdigest()
+
+
+def open_from_url(page: str, conversation: Conversation) -> None:
+    """Show the conversation named in the URL (a refresh, a link, a history entry), or put the page's own
+    conversation's id there. A conversation opens on its own page only: an id of another page's conversation
+    (left in the URL by a page switch) is replaced by this page's own."""
+    bound = binding(page)
+    wanted = st.query_params.get(QUERY_KEY)
+    if wanted and wanted != bound.conversation_id:
+        try:
+            stored = store().get(owner(), wanted)
+        except ConversationNotFound:
+            _point_url_at(bound)
+            st.toast("That conversation does not exist (or is not yours).", icon=":material/search_off:")
+            return
+        except StorageError as exc:
+            st.toast(f"Could not open the conversation: {exc}", icon=":material/error:")
+            return
+        if stored.page == page:
+            show(page, conversation, stored)
+        else:
+            _point_url_at(bound)
+    elif bound.conversation_id and wanted != bound.conversation_id:
+        _point_url_at(bound)
+
+
+def _point_url_at(bound: Binding) -> None:
+    if bound.conversation_id:
+        st.query_params[QUERY_KEY] = bound.conversation_id
+    else:
+        st.query_params.pop(QUERY_KEY, None)
+
+
+def load(page: str, conversation: Conversation, conversation_id: str) -> None:
+    """Replace the page's conversation with a stored one (history entries: called before widgets are drawn)."""
+    show(page, conversation, store().get(owner(), conversation_id))
+
+
+def show(page: str, conversation: Conversation, stored: StoredConversation) -> None:
+    """Make `stored` the page's conversation, with its settings."""
+    conversation.messages[:] = stored.messages
+    st.session_state[f"_binding/{page}"] = Binding(stored.id, stored.version, [fingerprint(m) for m in stored.messages],
+                                                 dict(stored.settings or {}))
+    for name, key in SETTINGS_KEYS.items():
+        if name in (stored.settings or {}):
+            st.session_state[key.format(page=page)] = stored.settings[name]
+    st.query_params[QUERY_KEY] = stored.id
+
+
+def show_next_run(conversation_id: str) -> None:
+    """Open this conversation on the next run (open_from_url loads it before any widget is drawn)."""
+    st.query_params[QUERY_KEY] = conversation_id
+
+
+def start_new(page: str, conversation: Conversation) -> None:
+    """An empty conversation on this page; the one it showed stays in the history."""
+    conversation.clear()
+    st.session_state[f"_binding/{page}"] = Binding()
+    st.query_params.pop(QUERY_KEY, None)
+
+
+def current_settings(page: str) -> dict[str, Any]:
+    return {name: st.session_state[key.format(page=page)] for name, key in SETTINGS_KEYS.items()
+            if key.format(page=page) in st.session_state}
+
+
+def save(page: str, conversation: Conversation) -> bool:
+    """Bring the stored conversation level with the page's; False (with a visible warning) if that failed."""
+    bound = binding(page)
+    prints = [fingerprint(m) for m in conversation.messages]
+    if bound.conversation_id is None and not prints:
+        return True
+    try:
+        _save(page, conversation, bound, prints)
+        return True
+    except VersionConflict:
+        st.warning("This conversation was changed in another tab: reopen it from the history to see both; what "
+                   "you see here is kept until then.", icon=":material/sync_problem:")
+    except ConversationNotFound:
+        st.warning("This conversation was deleted elsewhere: what you see here is not saved. Start a new "
+                   "conversation to keep chatting with history.", icon=":material/delete:")
+    except StorageError as exc:
+        log.warning("Saving the conversation failed", exc_info=True)
+        st.warning(f"The conversation could not be saved ({exc}); it stays here and is saved at the next "
+                   "message.", icon=":material/cloud_off:")
+    return False
+
+
+def _save(page: str, conversation: Conversation, bound: Binding, prints: list[str]) -> None:
+    db, who = store(), owner()
+    if bound.conversation_id is None:
+        bound.conversation_id = db.create(who, page, settings=current_settings(page))
+        bound.version, bound.saved = db.get(who, bound.conversation_id).version, []
+        st.query_params[QUERY_KEY] = bound.conversation_id
+    common = 0
+    while common < min(len(prints), len(bound.saved)) and prints[common] == bound.saved[common]:
+        common += 1
+    if common < len(bound.saved):  # rewound (Regenerate, Resend): drop what follows, if nobody changed it since
+        bound.version = db.truncate(who, bound.conversation_id, common, bound.version, len(bound.saved))
+        bound.saved = bound.saved[:common]
+    for message, print_ in zip(conversation.messages[common:], prints[common:], strict=True):
+        db.append(who, bound.conversation_id, message)
+        bound.saved.append(print_)
+    settings = current_settings(page)
+    if settings != bound.settings:
+        db.update_settings(who, bound.conversation_id, settings)
+        bound.settings = settings

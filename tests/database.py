@@ -1,0 +1,73 @@
+"""A throwaway PostgreSQL server for the storage tests and benchmarks: Debian's postgresql binaries, a data folder in
+the temp folder, 127.0.0.1 on a free port, no fsync, stopped and removed at the end. It trusts every local
+connection: it lives only as long as the tests, on loopback."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from sqlalchemy import create_engine, make_url, text
+
+from harness.local_http import free_port
+
+NOT_INSTALLED = ("Debian's postgresql is not installed (apt-get install postgresql): the PostgreSQL variant of the "
+                 "storage tests needs its initdb and pg_ctl")
+
+
+def postgres_bin() -> Path | None:
+    """The newest /usr/lib/postgresql/<version>/bin holding initdb, if any."""
+    found = [path.parent for path in Path("/usr/lib/postgresql").glob("*/bin/initdb")]
+    return max(found, key=lambda path: int(path.parent.name), default=None) if found else None
+
+
+@contextmanager
+def postgres_server() -> Iterator[str]:
+    """Start a server; yields the URL of its `postgres` database (superuser `postgres`, no password)."""
+    binaries = postgres_bin()
+    if binaries is None:
+        raise FileNotFoundError(NOT_INSTALLED)
+    folder = Path(tempfile.mkdtemp(prefix="composite-demo-postgres-"))
+    data, port = folder / "data", free_port()
+    # PostgreSQL refuses to run as root: as root, run it as Debian's postgres user, which owns the folder.
+    as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    if as_user:
+        shutil.chown(folder, "postgres", "postgres")
+
+    def run(*command: str) -> None:
+        subprocess.run([*as_user, *command], check=True, capture_output=True, timeout=120)
+
+    try:
+        run(str(binaries / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "--encoding=UTF8",
+            "--no-sync")
+        run(str(binaries / "pg_ctl"), "-D", str(data), "-l", str(folder / "server.log"), "-w", "-t", "60", "-o",
+            f"-h 127.0.0.1 -p {port} -k {folder} -F -c max_connections=200", "start")
+    except subprocess.CalledProcessError as exc:
+        log = folder / "server.log"
+        details = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+        shutil.rmtree(folder, ignore_errors=True)
+        raise RuntimeError(f"PostgreSQL did not start: {exc.stderr.decode(errors='replace')}{details}") from exc
+    try:
+        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run([*as_user, str(binaries / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"],
+                       capture_output=True, timeout=60)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def new_database(admin_url: str) -> str:
+    """Create an empty database on the server; returns its URL."""
+    name = "test_" + uuid.uuid4().hex[:12]
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")  # CREATE DATABASE cannot run in a transaction
+    try:
+        with admin.connect() as connection:
+            connection.execute(text(f'CREATE DATABASE "{name}"'))
+    finally:
+        admin.dispose()
+    return make_url(admin_url).set(database=name).render_as_string(hide_password=False)

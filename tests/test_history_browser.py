@@ -1,0 +1,107 @@
+"""Conversations that last, in the real thing: `streamlit run` with SmolLM2 and a SQLite file, driven by Chromium.
+A refresh keeps the conversation, an app restart finds it in the history, and two tabs on one conversation both
+append without losing each other's messages."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from app.storage import ConversationStore
+from app.storage.engine import open_database
+from harness.local_http import free_port
+from harness.processes import server_process
+from tests.helpers import ARTIFACTS, ROOT
+
+
+@contextmanager
+def app_serving(smollm2_dir: Path, database_url: str) -> Iterator[str]:
+    port = free_port()
+    env = {**os.environ, "DEMO_MODEL": str(smollm2_dir), "HF_HUB_OFFLINE": "1", "DEMO_DATABASE_URL": database_url}
+    url = f"http://127.0.0.1:{port}"
+    command = [sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.address", "127.0.0.1",
+               "--server.port", str(port), "--server.headless", "true"]
+    with server_process(command, f"{url}/_stcore/health", cwd=ROOT, env=env, log=ARTIFACTS / "streamlit-history.log",
+                        start_timeout_s=60):
+        yield url
+
+
+def open_chat(browser, url: str):
+    page = browser.new_page(viewport={"width": 1280, "height": 860})
+    page.goto(url)
+    page.get_by_text("SmolLM2-135M-Instruct").first.wait_for(timeout=120_000)
+    return page
+
+
+def send(page, text: str, answers_before: int) -> None:
+    box = page.get_by_test_id("stChatInputTextArea")
+    box.fill(text)
+    box.press("Enter")
+    bubbles = page.locator('[data-testid="stChatMessage"]')
+    bubbles.nth(2 * answers_before + 1).get_by_text("tok/s").wait_for(timeout=120_000)
+    page.wait_for_timeout(1500)  # the page redraws once after the turn
+
+
+def bubbles(page) -> list[str]:
+    return [text.strip() for text in page.locator('[data-testid="stChatMessage"]').all_inner_texts()]
+
+
+def test_a_conversation_survives_refresh_restart_and_two_tabs(smollm2_dir, browser, tmp_path):
+    database = f"sqlite:///{tmp_path / 'conversations.db'}"
+    with app_serving(smollm2_dir, database) as url:
+        page = open_chat(browser, url)
+        send(page, "What is the capital of France?", 0)
+        assert "c=" in page.url  # the open conversation's id is in the URL
+        link = page.url
+        before = bubbles(page)
+        page.reload()
+        page.locator('[data-testid="stChatMessage"]').nth(1).wait_for(timeout=60_000)
+        assert bubbles(page)[0] == before[0] and bubbles(page)[1].startswith(before[1][:20])
+        page.close()
+
+    with app_serving(smollm2_dir, database) as url:  # a new app process on the same database
+        page = open_chat(browser, url)
+        assert bubbles(page) == []  # a new session starts empty...
+        sidebar = page.get_by_test_id("stSidebar")
+        sidebar.get_by_role("button", name="What is the capital of France?").click()  # ...and finds it in the history
+        page.locator('[data-testid="stChatMessage"]').nth(1).wait_for(timeout=30_000)
+        assert len(bubbles(page)) == 2
+        page.mouse.move(700, 5)  # no tooltip in the screenshot
+        sidebar.get_by_text("History", exact=True).scroll_into_view_if_needed()
+        page.wait_for_timeout(500)
+        page.screenshot(path=str(ARTIFACTS / "history.png"), full_page=False)
+
+        # Export as JSON from the sidebar, import the file back: a second, equal conversation.
+        sidebar.get_by_text("This conversation").click()
+        with page.expect_download() as download:
+            sidebar.get_by_role("button", name="JSON").click()
+        exported = tmp_path / "exported.json"
+        download.value.save_as(exported)
+        sidebar.locator('input[type="file"]').set_input_files(str(exported))
+        page.get_by_text("Imported exported.json").wait_for(timeout=30_000)
+        page.locator('[data-testid="stChatMessage"]').nth(1).wait_for(timeout=30_000)
+        assert bubbles(page)[0].endswith("What is the capital of France?") and len(bubbles(page)) == 2
+        imported_link = page.url
+
+        page.close()
+
+        # The original conversation, by its link, in two tabs at once: each appends, neither loses the other's.
+        first = open_chat(browser, link.replace(link.split("/?")[0], url))
+        other = open_chat(browser, link.replace(link.split("/?")[0], url))
+        for tab in (first, other):
+            tab.locator('[data-testid="stChatMessage"]').nth(1).wait_for(timeout=30_000)
+        send(first, "And of Germany?", 1)
+        send(other, "And of Italy?", 1)
+        first.close()
+        other.close()
+
+    store = ConversationStore(open_database(database))
+    original_id = link.split("c=")[1]
+    assert {summary.id for summary in store.list("local")} == {original_id, imported_link.split("c=")[1]}
+    stored = store.get("local", original_id)
+    users = [m.content for m in stored.messages if m.role == "user"]
+    assert users == ["What is the capital of France?", "And of Germany?", "And of Italy?"]  # nothing lost
+    assert [m.role for m in stored.messages] == ["user", "assistant"] * 3

@@ -1,0 +1,129 @@
+"""Saved conversations through the app (AppTest, tiny random model, a SQLite file per test): saved as they happen,
+reopened from the URL, rewound by Regenerate, kept by Clear, renamed and deleted from the history; an unreachable
+database loses nothing on screen."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.storage import ConversationStore, open_database
+from tests.helpers import open_app
+
+
+@pytest.fixture
+def database(monkeypatch, tmp_path) -> ConversationStore:
+    url = f"sqlite:///{tmp_path / 'conversations.db'}"
+    monkeypatch.setenv("DEMO_DATABASE_URL", url)
+    return ConversationStore(open_database(url))
+
+
+@pytest.fixture
+def app(monkeypatch, tiny_model_dir, database):
+    with open_app(monkeypatch, tiny_model_dir, max_new_tokens=6) as at:
+        yield at
+
+
+def send(at, text: str) -> None:
+    at.chat_input(key="chat_input").set_value(text).run()
+    assert not at.exception
+
+
+def shown(at) -> list[str]:
+    return [message.name for message in at.chat_message]
+
+
+def test_a_sent_message_and_its_answer_are_saved_and_the_url_names_them(app, database):
+    send(app, "Hello there")
+    (entry,) = database.list("local", page="chat")
+    assert entry.title == "Hello there" and entry.message_count == 2
+    assert app.query_params["c"] == [entry.id] or app.query_params["c"] == entry.id
+    stored = database.get("local", entry.id)
+    assert [m.role for m in stored.messages] == ["user", "assistant"]
+    assert stored.messages[1].metrics is not None and stored.messages[1].metrics.completion_tokens == 6
+
+
+def test_a_new_session_with_the_link_reopens_the_conversation_and_its_settings(monkeypatch, tiny_model_dir, database):
+    with open_app(monkeypatch, tiny_model_dir, max_new_tokens=6) as first:
+        first.text_area(key="system_prompt").set_value("You are terse.").run()
+        send(first, "Hello there")
+    (entry,) = database.list("local")
+    assert database.get("local", entry.id).settings["system_prompt"] == "You are terse."
+
+    from streamlit.testing.v1 import AppTest
+
+    from tests.helpers import MAIN
+
+    again = AppTest.from_file(MAIN, default_timeout=120)
+    again.query_params["c"] = entry.id  # a refresh, or the link opened elsewhere
+    again.run()
+    assert not again.exception
+    assert shown(again) == ["user", "assistant"] and again.chat_message[0].markdown[0].value == "Hello there"
+    assert again.text_area(key="system_prompt").value == "You are terse."
+
+
+def test_regenerate_rewinds_the_saved_conversation_and_clear_keeps_it_in_the_history(app, database):
+    send(app, "Hello there")
+    (entry,) = database.list("local")
+    before = database.get("local", entry.id)
+    app.button(key="regenerate").click().run()
+    after = database.get("local", entry.id)
+    assert [m.role for m in after.messages] == ["user", "assistant"] and after.version == before.version + 1
+
+    app.button(key="clear").click().run()
+    assert shown(app) == [] and "c" not in app.query_params
+    assert [e.id for e in database.list("local")] == [entry.id]  # still there, in the history
+    app.button(key=f"history_open/{entry.id}").click().run()
+    assert shown(app) == ["user", "assistant"]
+
+
+def test_rename_and_delete_from_the_history(app, database):
+    send(app, "Hello there")
+    (entry,) = database.list("local")
+    title = next(t for t in app.text_input if t.key.startswith(f"history_title/{entry.id}"))
+    title.set_value("Greetings").run()
+    assert database.get("local", entry.id, with_messages=False).title == "Greetings"
+    send(app, "And again")  # the rename moved the version on; saving goes on without a conflict
+    assert database.get("local", entry.id).message_count == 4
+
+    app.button(key="history_delete").click().run()
+    assert database.list("local") == [] and shown(app) == []
+
+
+def test_an_unknown_or_foreign_id_in_the_url_opens_nothing(monkeypatch, tiny_model_dir, database):
+    foreign = database.create("someone-else", "chat")
+    from streamlit.testing.v1 import AppTest
+
+    from tests.helpers import MAIN
+
+    at = AppTest.from_file(MAIN, default_timeout=120)
+    at.query_params["c"] = foreign
+    at.run()
+    assert not at.exception and shown(at) == [] and "c" not in at.query_params
+    assert "does not exist" in at.toast[0].value
+
+
+def test_an_unreachable_database_keeps_the_conversation_on_screen(monkeypatch, tiny_model_dir):
+    monkeypatch.setenv("DEMO_DATABASE_URL", "postgresql+psycopg://demo@127.0.0.1:9/nothing?connect_timeout=2")
+    with open_app(monkeypatch, tiny_model_dir, max_new_tokens=6) as at:
+        send(at, "Hello there")
+        assert shown(at) == ["user", "assistant"]  # answered, although nothing could be saved
+        assert any("could not be saved" in w.value for w in at.warning)
+        assert any("history is not available" in c.value for c in at.sidebar.caption)
+
+
+def test_regenerate_in_a_stale_tab_never_deletes_what_another_tab_wrote(app, database):
+    send(app, "Hello there")
+    (entry,) = database.list("local")
+    from streamlit.testing.v1 import AppTest
+
+    from tests.helpers import MAIN
+
+    other = AppTest.from_file(MAIN, default_timeout=120)  # the same conversation in a second tab
+    other.query_params["c"] = entry.id
+    other.run()
+    other.number_input(key="max_new_tokens").set_value(6).run()
+    send(other, "Written in the other tab")
+    app.button(key="regenerate").click().run()  # this tab has not seen the other tab's messages
+    assert any("changed in another tab" in w.value for w in app.warning)
+    contents = [m.content for m in database.get("local", entry.id).messages if m.role == "user"]
+    assert contents == ["Hello there", "Written in the other tab"]
