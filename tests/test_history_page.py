@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from app.conversation import Message
 from app.storage import ConversationStore, open_database
 from tests.helpers import open_app
 
@@ -127,3 +128,23 @@ def test_regenerate_in_a_stale_tab_never_deletes_what_another_tab_wrote(app, dat
     assert any("changed in another tab" in w.value for w in app.warning)
     contents = [m.content for m in database.get("local", entry.id).messages if m.role == "user"]
     assert contents == ["Hello there", "Written in the other tab"]
+
+
+def test_with_authentication_configured_a_visitor_who_has_not_signed_in_saves_and_sees_nothing(
+        monkeypatch, tiny_model_dir, database):
+    database.append("local", database.create("local", "chat"), Message("user", "a conversation of the local user"))
+    from streamlit.testing.v1 import AppTest
+
+    from tests.helpers import MAIN
+
+    at = AppTest.from_file(MAIN, default_timeout=120)
+    at.secrets["auth"] = {"redirect_uri": "http://127.0.0.1:8501/oauth2callback", "cookie_secret": "x" * 32,
+                          "client_id": "demo", "client_secret": "demo",
+                          "server_metadata_url": "https://accounts.example/.well-known/openid-configuration"}
+    at.run()
+    at.number_input(key="max_new_tokens").set_value(6).run()
+    assert at.button(key="history_login") and all(not b.key.startswith("history_open/") for b in at.button)
+    send(at, "Hello there")
+    assert shown(at) == ["user", "assistant"]  # the chat works...
+    assert [e.title for e in database.list("local")] == ["a conversation of the local user"]  # ...and saves nothing
+    assert "c" not in at.query_params

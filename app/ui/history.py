@@ -22,12 +22,17 @@ def render(page: str, conversation: Conversation) -> None:
         st.toast(notice, icon=":material/upload:")
     with st.sidebar:
         st.subheader("History")
+        who = owner()
+        if who is None:
+            st.caption("Sign in to keep your conversations: they are saved for you alone.")
+            st.button("Sign in", key="history_login", icon=":material/login:", width="stretch", on_click=st.login)
+            return
         st.button("New conversation", key="history_new", icon=":material/add_comment:", width="stretch",
                   on_click=persistence.start_new, args=(page, conversation))
         search = st.text_input("Search conversations", key=f"history_search/{page}", label_visibility="collapsed",
                                placeholder="Search titles and messages", icon=":material/search:")
         try:
-            listed = store().list(owner(), page=page, search=search.strip(), limit=_LISTED)
+            listed = store().list(who, page=page, search=search.strip(), limit=_LISTED)
         except StorageError as exc:
             st.caption(f"The history is not available: {exc}")
             return
@@ -40,8 +45,8 @@ def render(page: str, conversation: Conversation) -> None:
                       help=f"{item.message_count} messages · {item.updated_at:%Y-%m-%d %H:%M} UTC",
                       on_click=_open, args=(page, conversation, item.id))
         if current is not None:
-            _this_conversation(page, conversation, current)
-        _import(page)
+            _this_conversation(page, conversation, current, who)
+        _import(page, who)
 
 
 def _open(page: str, conversation: Conversation, conversation_id: str) -> None:
@@ -57,39 +62,39 @@ def _file_name(title: str, suffix: str) -> str:
     return (re.sub(r"[^\w-]+", "-", title).strip("-")[:60] or "conversation") + suffix
 
 
-def _this_conversation(page: str, conversation: Conversation, conversation_id: str) -> None:
+def _this_conversation(page: str, conversation: Conversation, conversation_id: str, who: str) -> None:
     try:
-        stored = store().get(owner(), conversation_id, with_messages=False)
+        stored = store().get(who, conversation_id, with_messages=False)
     except StorageError:
         return
     with st.expander("This conversation"):
         title = st.text_input("Title", value=stored.title, key=f"history_title/{conversation_id}/{stored.version}")
         if title.strip() and title.strip() != stored.title:
-            _rename(page, conversation_id, title.strip(), stored.version)
+            _rename(page, who, conversation_id, title.strip(), stored.version)
         left, right = st.columns(2)
         left.download_button("JSON", key="history_export_json", icon=":material/download:", width="stretch",
                              file_name=_file_name(stored.title, ".json"), mime="application/json",
                              on_click="ignore",
-                             data=lambda: json.dumps(store().export_json(owner(), conversation_id), indent=1))
+                             data=lambda: json.dumps(store().export_json(who, conversation_id), indent=1))
         right.download_button("Markdown", key="history_export_md", icon=":material/download:", width="stretch",
                               file_name=_file_name(stored.title, ".md"), mime="text/markdown", on_click="ignore",
-                              data=lambda: store().export_markdown(owner(), conversation_id))
+                              data=lambda: store().export_markdown(who, conversation_id))
         with st.popover("Delete", icon=":material/delete:", width="stretch"):
             st.write(f"Delete **{stored.title or 'Untitled'}** and its {stored.message_count} messages for good?")
             st.button("Delete for good", key="history_delete", type="primary",
-                      on_click=_delete, args=(page, conversation, conversation_id))
+                      on_click=_delete, args=(page, conversation, who, conversation_id))
 
 
-def _rename(page: str, conversation_id: str, title: str, version: int) -> None:
+def _rename(page: str, who: str, conversation_id: str, title: str, version: int) -> None:
     try:
-        persistence.binding(page).version = store().rename(owner(), conversation_id, title, version)
+        persistence.binding(page).version = store().rename(who, conversation_id, title, version)
     except StorageError as exc:
         st.toast(f"Could not rename: {exc}", icon=":material/error:")
 
 
-def _delete(page: str, conversation: Conversation, conversation_id: str) -> None:
+def _delete(page: str, conversation: Conversation, who: str, conversation_id: str) -> None:
     try:
-        store().delete(owner(), conversation_id)
+        store().delete(who, conversation_id)
     except StorageError as exc:
         st.toast(f"Could not delete: {exc}", icon=":material/error:")
         return
@@ -97,13 +102,13 @@ def _delete(page: str, conversation: Conversation, conversation_id: str) -> None
     st.toast("Deleted.", icon=":material/delete:")
 
 
-def _import(page: str) -> None:
+def _import(page: str, who: str) -> None:
     upload = st.file_uploader("Import a conversation (JSON export)", type=["json"], key=f"history_import/{page}")
     if upload is None or st.session_state.get("_history_imported") == upload.file_id:
         return
     st.session_state["_history_imported"] = upload.file_id  # one import per file, not one per rerun
     try:
-        imported = store().import_json(owner(), upload.getvalue(), page=page)  # it joins this page's history
+        imported = store().import_json(who, upload.getvalue(), page=page)  # it joins this page's history
     except ImportRejected as exc:
         st.error(f"{upload.name} was not imported: {exc}", icon=":material/error:")
         return

@@ -76,14 +76,23 @@ def store() -> ConversationStore:
     return _opener().get()
 
 
-def owner() -> str:
-    """Whose conversations these are: the signed-in user when Streamlit authentication is configured."""
+def authentication_configured() -> bool:
+    """Whether Streamlit authentication (st.login with an OIDC provider) is set up in .streamlit/secrets.toml."""
     try:
-        if st.user.is_logged_in:
-            return str(st.user.get("email") or st.user.get("sub"))
-    except Exception:  # no authentication configured: st.user has no login state
-        pass
-    return LOCAL_OWNER
+        return "auth" in st.secrets
+    except Exception:  # no secrets file at all
+        return False
+
+
+def owner() -> str | None:
+    """Whose conversations these are: everything is the one local user's unless authentication is configured;
+    then the signed-in user's, and None for a visitor who has not signed in (nothing is saved or listed for
+    them: an anonymous owner shared by every visitor would show each one the others' conversations)."""
+    if not authentication_configured():
+        return LOCAL_OWNER
+    if st.user.get("is_logged_in"):  # a mapping key: missing, not False, where no login has happened yet
+        return str(st.user.get("email") or st.user.get("sub"))
+    return None
 
 
 def binding(page: str) -> Binding:
@@ -103,9 +112,12 @@ def open_from_url(page: str, conversation: Conversation) -> None:
     (left in the URL by a page switch) is replaced by this page's own."""
     bound = binding(page)
     wanted = st.query_params.get(QUERY_KEY)
+    who = owner()
+    if who is None:
+        return
     if wanted and wanted != bound.conversation_id:
         try:
-            stored = store().get(owner(), wanted)
+            stored = store().get(who, wanted)
         except ConversationNotFound:
             _point_url_at(bound)
             st.toast("That conversation does not exist (or is not yours).", icon=":material/search_off:")
@@ -130,7 +142,10 @@ def _point_url_at(bound: Binding) -> None:
 
 def load(page: str, conversation: Conversation, conversation_id: str) -> None:
     """Replace the page's conversation with a stored one (history entries: called before widgets are drawn)."""
-    show(page, conversation, store().get(owner(), conversation_id))
+    who = owner()
+    if who is None:
+        raise ConversationNotFound(conversation_id)
+    show(page, conversation, store().get(who, conversation_id))
 
 
 def show(page: str, conversation: Conversation, stored: StoredConversation) -> None:
@@ -165,8 +180,8 @@ def save(page: str, conversation: Conversation) -> bool:
     """Bring the stored conversation level with the page's; False (with a visible warning) if that failed."""
     bound = binding(page)
     prints = [fingerprint(m) for m in conversation.messages]
-    if bound.conversation_id is None and not prints:
-        return True
+    if owner() is None or (bound.conversation_id is None and not prints):
+        return True  # a visitor who has not signed in keeps the conversation in this tab only
     try:
         _save(page, conversation, bound, prints)
         return True
@@ -185,6 +200,7 @@ def save(page: str, conversation: Conversation) -> bool:
 
 def _save(page: str, conversation: Conversation, bound: Binding, prints: list[str]) -> None:
     db, who = store(), owner()
+    assert who is not None
     if bound.conversation_id is None:
         bound.conversation_id = db.create(who, page, settings=current_settings(page))
         bound.version, bound.saved = db.get(who, bound.conversation_id).version, []
