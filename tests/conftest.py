@@ -130,19 +130,12 @@ def browser():
 def app_url(smollm2_dir, browser):
     """The app on the embedded SmolLM2, served for a module of browser tests (it needs the browser: no browser,
     no reason to start it)."""
-    from harness.local_http import free_port
-    from harness.processes import server_process
-    from tests.helpers import ARTIFACTS
+    from tests.helpers import streamlit_app
 
-    port = free_port()
     # The local test site is allow-listed for the web tools, as an administrator would do for an intranet.
     env = {**os.environ, "DEMO_MODEL": str(smollm2_dir), "HF_HUB_OFFLINE": "1", "DEMO_BROWSER_ALLOW": "127.0.0.1"}
     env.pop("DEMO_IMAGE_API_URL", None)
-    url = f"http://127.0.0.1:{port}"
-    command = [sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.address", "127.0.0.1",
-               "--server.port", str(port), "--server.headless", "true"]
-    with server_process(command, f"{url}/_stcore/health", cwd=ROOT, env=env, log=ARTIFACTS / "streamlit.log",
-                        start_timeout_s=60):
+    with streamlit_app(env) as url:
         yield url
 
 

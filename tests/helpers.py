@@ -4,6 +4,7 @@ Chromium (Playwright), and the folder for artifacts worth keeping."""
 from __future__ import annotations
 
 import io
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -110,3 +111,18 @@ def pdf_bytes(text: str) -> bytes:
     page.drawString(72, 720, text)
     page.save()
     return buffer.getvalue()
+
+
+@contextmanager
+def streamlit_app(env: dict[str, str], log_name: str = "streamlit.log") -> Iterator[str]:
+    """`streamlit run app/main.py` on a free 127.0.0.1 port with `env`; yields its URL, stops it after."""
+    from harness.local_http import free_port
+    from harness.processes import server_process
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.address", "127.0.0.1",
+               "--server.port", str(port), "--server.headless", "true"]
+    with server_process(command, f"{url}/_stcore/health", cwd=ROOT, env=env, log=ARTIFACTS / log_name,
+                        start_timeout_s=60):
+        yield url

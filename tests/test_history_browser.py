@@ -5,28 +5,16 @@ append without losing each other's messages."""
 from __future__ import annotations
 
 import os
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from app.storage import ConversationStore
 from app.storage.engine import open_database
-from harness.local_http import free_port
-from harness.processes import server_process
-from tests.helpers import ARTIFACTS, ROOT
+from tests.helpers import ARTIFACTS, streamlit_app
 
 
-@contextmanager
-def app_serving(smollm2_dir: Path, database_url: str) -> Iterator[str]:
-    port = free_port()
+def app_serving(smollm2_dir: Path, database_url: str):
     env = {**os.environ, "DEMO_MODEL": str(smollm2_dir), "HF_HUB_OFFLINE": "1", "DEMO_DATABASE_URL": database_url}
-    url = f"http://127.0.0.1:{port}"
-    command = [sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.address", "127.0.0.1",
-               "--server.port", str(port), "--server.headless", "true"]
-    with server_process(command, f"{url}/_stcore/health", cwd=ROOT, env=env, log=ARTIFACTS / "streamlit-history.log",
-                        start_timeout_s=60):
-        yield url
+    return streamlit_app(env, "streamlit-history.log")
 
 
 def open_chat(browser, url: str):

@@ -13,7 +13,7 @@ import pytest
 from app.chat_format import process_input
 from app.agent import (AnswerDone, TextDelta, ToolCallFinished, ToolCallStarted, ToolSettings, TurnDone, TurnError,
                        ToolCallWriting, Waiting, run_turn)
-from app.clients.base import ClientError, GenerationParams, ToolRequest
+from app.clients.base import GenerationParams, ToolRequest
 from app.clients.hf import HFClient
 from app.config import ModelSettings
 from app.conversation import Conversation, Message

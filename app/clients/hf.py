@@ -26,7 +26,7 @@ from transformers import (
     StoppingCriteriaList,
 )
 
-from app.clients.base import ClientError, GenerationParams
+from app.clients.base import ClientError
 from app.clients.chat_template import ChatTemplate, LocalTemplateClient, PreparedPrompt
 from app.clients.constrained import ConstrainedDecoding
 from app.clients.incremental_streamer import IncrementalTextStreamer

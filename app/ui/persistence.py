@@ -23,10 +23,12 @@ from app.conversation import Conversation, Message
 from app.storage import (ConversationNotFound, ConversationStore, StorageError, StoredConversation, VersionConflict,
                          default_store)
 from app.storage.codec import encode_message
+from app.ui import state
 
 log = logging.getLogger(__name__)
 LOCAL_OWNER = "local"  # a demo on one's own machine: one user, every conversation theirs
 QUERY_KEY = "c"
+_BINDING = "_binding"
 # Settings that belong to a conversation: restored into these widget keys when it is opened.
 SETTINGS_KEYS = {"system_prompt": "system_prompt", "tool_choice": "settings.{page}.choice"}
 
@@ -96,10 +98,7 @@ def owner() -> str | None:
 
 
 def binding(page: str) -> Binding:
-    key = f"_binding/{page}"
-    if key not in st.session_state:
-        st.session_state[key] = Binding()
-    return st.session_state[key]
+    return state.per_page(_BINDING, page, Binding)
 
 
 def fingerprint(message: Message) -> str:
@@ -151,8 +150,8 @@ def load(page: str, conversation: Conversation, conversation_id: str) -> None:
 def show(page: str, conversation: Conversation, stored: StoredConversation) -> None:
     """Make `stored` the page's conversation, with its settings."""
     conversation.messages[:] = stored.messages
-    st.session_state[f"_binding/{page}"] = Binding(stored.id, stored.version, [fingerprint(m) for m in stored.messages],
-                                                 dict(stored.settings or {}))
+    state.replace_per_page(_BINDING, page, Binding(stored.id, stored.version,
+                                                  [fingerprint(m) for m in stored.messages], dict(stored.settings)))
     for name, key in SETTINGS_KEYS.items():
         if name in (stored.settings or {}):
             st.session_state[key.format(page=page)] = stored.settings[name]
@@ -167,7 +166,7 @@ def show_next_run(conversation_id: str) -> None:
 def start_new(page: str, conversation: Conversation) -> None:
     """An empty conversation on this page; the one it showed stays in the history."""
     conversation.clear()
-    st.session_state[f"_binding/{page}"] = Binding()
+    state.replace_per_page(_BINDING, page, Binding())
     st.query_params.pop(QUERY_KEY, None)
 
 
