@@ -30,7 +30,10 @@ def test_chat_streams_an_answer_and_can_be_stopped(app_url, browser):
     assert "Paris" in answer.inner_text()
     page.screenshot(path=str(ARTIFACTS / "chat.png"), full_page=False)
 
-    # A long answer, stopped while it streams: the partial answer stays and is marked stopped.
+    # A long answer, stopped while it streams: the partial answer stays and is marked stopped. The page first
+    # finishes the redraw after the answer: a message sent during it may leave the input showing Send, not Stop.
+    page.wait_for_timeout(1500)
+    page.get_by_test_id("stStatusWidget").wait_for(state="hidden", timeout=30_000)
     box.fill("Write a very long story about a dragon who learns to cook.")
     box.press("Enter")
     story = page.locator('[data-testid="stChatMessage"]').nth(3)
