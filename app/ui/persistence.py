@@ -10,7 +10,6 @@ next save tries again: nothing is lost. Everything here lives in st.session_stat
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import threading
 import time
@@ -22,7 +21,7 @@ import streamlit as st
 from app.conversation import Conversation, Message
 from app.storage import (ConversationNotFound, ConversationStore, StorageError, StoredConversation, VersionConflict,
                          default_store)
-from app.storage.codec import encode_message
+from app.storage.codec import encode_message_json
 from app.ui import state
 
 log = logging.getLogger(__name__)
@@ -102,7 +101,8 @@ def binding(page: str) -> Binding:
 
 
 def fingerprint(message: Message) -> str:
-    return hashlib.sha256(json.dumps(encode_message(message), sort_keys=True).encode()).hexdigest()
+    """Identifies a message by what the store keeps of it (the same encoding, computed once, in one step)."""
+    return hashlib.sha256(encode_message_json(message).encode()).hexdigest()
 
 
 def open_from_url(page: str, conversation: Conversation) -> None:
