@@ -12,9 +12,9 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from app.chat_format import process_input
+from app.chat_format import ImagePolicy, process_input
 from app.clients.base import Client, ClientError, GenerationParams, ToolRequest
 from app.conversation import AnswerMetrics, CallFragment, Conversation, Message, PartialCalls, ToolCall
 from app.tools.registry import ToolRegistry, ToolResult
@@ -105,14 +105,18 @@ def run_turn(
     system_prompt: str = "",
     cancel: threading.Event | None = None,
     tools: ToolSettings | None = None,
+    images: ImagePolicy | None = None,
 ) -> Iterator[Event]:
-    """Answer the conversation's last message, calling tools as the model asks; record everything in it."""
+    """Answer the conversation's last message, calling tools as the model asks; record everything in it.
+    `images`: which pictures the prompts show (capped at what the client takes; tool images only to a model that
+    may see them)."""
     cancel = cancel or threading.Event()
+    images = _image_policy(client, images or ImagePolicy())
     rounds = max(1, tools.max_rounds) if tools else 1
     answer = Message(role="assistant")
     for round_index in range(rounds):
         request = tools.request(round_index) if tools and len(tools.registry.names) else None
-        answer = yield from _generate(client, conversation, params, system_prompt, cancel, request)
+        answer = yield from _generate(client, conversation, params, system_prompt, cancel, request, images)
         if answer.error or answer.stopped or not answer.tool_calls or tools is None:
             break
         for call in answer.tool_calls:
@@ -131,6 +135,7 @@ def _generate(
     system_prompt: str,
     cancel: threading.Event,
     request: ToolRequest | None,
+    images: ImagePolicy,
 ) -> Iterator[Event]:
     """One generation, streamed; returns the assistant message it appended."""
     answer = Message(role="assistant", metrics=AnswerMetrics())
@@ -138,7 +143,7 @@ def _generate(
     writing = PartialCalls()  # the calls being written
     started = time.perf_counter()
     try:
-        messages = process_input(conversation, system_prompt)
+        messages = process_input(conversation, system_prompt, images)
         with closing(client.stream(messages, params, cancel, request)) as deltas:
             for delta in deltas:
                 answer.metrics = delta.metrics
@@ -170,6 +175,16 @@ def _generate(
         conversation.add(answer)
     yield AnswerDone(answer)
     return answer
+
+
+def _image_policy(client: Client, wanted: ImagePolicy) -> ImagePolicy:
+    """The newest user message's pictures go to every client (one that cannot see refuses them clearly); earlier
+    pictures and tools' pictures only to a model that may see them (the user already chose for those)."""
+    capabilities = client.capabilities
+    limit = capabilities.max_images
+    sees = capabilities.vision is not False
+    return replace(wanted, see_earlier=wanted.see_earlier and sees, tool_images=wanted.tool_images and sees,
+                   max_images=limit if wanted.max_images is None else min(limit or wanted.max_images, wanted.max_images))
 
 
 def _run_tool(

@@ -14,21 +14,103 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.clients.stop_strings import StopStringFilter
-from app.conversation import CallFragment, Conversation, Message, PartialCalls, ToolCall
+from app.conversation import (
+    Attachment,
+    CallFragment,
+    Conversation,
+    Message,
+    PartialCalls,
+    ToolCall,
+    image_part,
+    text_parts,
+)
 from app.dialects import ConstrainedCall, Dialect, ParsedResponse, StreamParser
 from app.dialects.base import ForcedCallParser
 from app.json_limits import JSONLimitError, loads_bounded
 
 
-def process_input(conversation: Conversation, system_prompt: str = "") -> list[dict[str, Any]]:
-    """OpenAI-format messages to prompt with: the system prompt first, failed or empty answers left out."""
+@dataclass(frozen=True)
+class ImagePolicy:
+    """Which pictures a prompt shows the model. A picture it does not show becomes a note in the text, so that the
+    model (and whoever reads the prompt) knows one was there: never dropped silently.
+
+    `see`: show the pictures of the newest user message (False: the user chose a text-only answer).
+    `see_earlier`: show those of earlier messages (False for a model that cannot see: it refuses a new picture,
+    but a conversation where the user once chose a text-only answer must go on).
+    `tool_images`: also show the pictures tools returned (plots), after their results.
+    `max_images`: show at most the newest this many (vLLM's per-prompt limit; memory on small machines).
+    """
+
+    see: bool = True
+    see_earlier: bool = True
+    tool_images: bool = False
+    max_images: int | None = None
+
+    def shown(self, conversation: Conversation) -> set[int]:
+        """The ids of the image attachments to show, newest first up to `max_images`."""
+        newest = conversation.last_user_index()
+        candidates: list[int] = []
+        for index, message in enumerate(conversation.messages):
+            if not _belongs_in_prompt(message):
+                continue
+            if message.role == "user":
+                visible = self.see if index == newest else self.see_earlier
+            else:
+                visible = self.tool_images and message.role == "tool"
+            candidates += [id(image) for image in message.images] if visible else []
+        if self.max_images is not None:
+            candidates = candidates[len(candidates) - self.max_images:] if self.max_images > 0 else []
+        return set(candidates)
+
+    def note(self, image: Attachment, newest: bool) -> str:
+        if not (self.see if newest else self.see_earlier):
+            return f"[An image ({image.name}) was attached here; this model cannot see images.]"
+        return (f"[An earlier image ({image.name}) is left out: a prompt shows at most {self.max_images} images, "
+                "the newest ones.]")
+
+
+def process_input(conversation: Conversation, system_prompt: str = "",
+                  images: ImagePolicy | None = None) -> list[dict[str, Any]]:
+    """OpenAI-format messages to prompt with: the system prompt first, failed or empty answers left out, the
+    user's pictures as `image_url` parts as `images` allows (by default all of them, and no tool images)."""
+    policy = images or ImagePolicy()
+    shown = policy.shown(conversation)
     messages: list[dict[str, Any]] = []
     if system_prompt.strip():
         messages.append({"role": "system", "content": system_prompt.strip()})
-    for message in conversation.messages:
-        if _belongs_in_prompt(message):
-            messages.append(message.to_openai())
+    tool_images: list[tuple[str, Attachment]] = []  # images of the tool results just added, and their tool
+    newest = conversation.last_user_index()
+    for index, message in enumerate(conversation.messages):
+        if not _belongs_in_prompt(message):
+            continue
+        if message.role != "tool" and tool_images:
+            messages.append(_tool_images_message(tool_images))
+            tool_images = []
+        messages.append(_prompt_message(message, shown, policy, newest=index == newest))
+        if message.role == "tool":
+            tool_images += [(message.name or "the tool", image) for image in message.images if id(image) in shown]
+    if tool_images:
+        messages.append(_tool_images_message(tool_images))
     return messages
+
+
+def _prompt_message(message: Message, shown: set[int], policy: ImagePolicy, newest: bool) -> dict[str, Any]:
+    data = message.to_openai()
+    if message.role != "user" or not message.images:
+        return data
+    parts = [image_part(image) for image in message.images if id(image) in shown]
+    notes = [policy.note(image, newest) for image in message.images if id(image) not in shown]
+    text = "\n".join([*notes, message.prompt_text()]).strip()
+    data["content"] = [*parts, *text_parts(text)] if parts else text
+    return data
+
+
+def _tool_images_message(images: list[tuple[str, Attachment]]) -> dict[str, Any]:
+    """Tool results hold text only (in OpenAI's API and in chat templates): the pictures tools made follow them in
+    a user turn that says where they come from."""
+    names = ", ".join(f"{image.name} from {tool}" for tool, image in images)
+    return {"role": "user", "content": [*(image_part(image) for _, image in images),
+                                        *text_parts(f"(The image output of the tool call above: {names}.)")]}
 
 
 def _belongs_in_prompt(message: Message) -> bool:
@@ -180,8 +262,10 @@ def fit_to_context(
     """
     system = [m for m in messages[:1] if m.get("role") == "system"]
     rest = list(messages[len(system) :])
-    # Candidate cut points: keep everything, then start at each later user message in turn.
-    turn_starts = [0] + [i for i, m in enumerate(rest) if m.get("role") == "user" and i > 0]
+    # Candidate cut points: keep everything, then start at each later user message in turn (but for the one that
+    # shows a tool's images right after its result: that belongs to the tool call's turn).
+    turn_starts = [0] + [i for i, m in enumerate(rest)
+                         if m.get("role") == "user" and i > 0 and rest[i - 1].get("role") != "tool"]
     counts: dict[int, int] = {}
 
     def tokens(turn: int) -> int:

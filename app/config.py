@@ -111,6 +111,33 @@ class DocumentSettings:
 
 
 @dataclass(frozen=True)
+class ImageSettings:
+    """Limits on images users attach (and the API server receives), applied by app/media.py before an image is
+    decoded, stored or shown to a model. Pillow's own decompression-bomb limit (about 89 million pixels) caps
+    max_pixels as well."""
+
+    max_mb: float = 20  # one image file
+    max_message_mb: float = 50  # all images of one message together
+    max_per_message: int = 8
+    max_pixels: int = 50_000_000  # width * height, checked from the header before decoding (decompression bombs)
+    max_side: int = 2048  # longer side after decoding; bigger images are scaled down
+    max_per_prompt: int = 4  # images one prompt may show a vision model (vLLM's limit_mm_per_prompt); older: a note
+    allow_urls: bool = False  # the API server may fetch http(s) image URLs (through the SSRF guard)
+
+    @classmethod
+    def from_env(cls) -> ImageSettings:
+        return cls(
+            max_mb=_float("DEMO_IMAGE_MAX_MB", cls.max_mb),
+            max_message_mb=_float("DEMO_IMAGE_MAX_MESSAGE_MB", cls.max_message_mb),
+            max_per_message=_int("DEMO_IMAGE_MAX_PER_MESSAGE", cls.max_per_message),
+            max_pixels=_int("DEMO_IMAGE_MAX_PIXELS", cls.max_pixels),
+            max_side=_int("DEMO_IMAGE_MAX_SIDE", cls.max_side),
+            max_per_prompt=_int("DEMO_MAX_IMAGES_PER_PROMPT", cls.max_per_prompt),
+            allow_urls=os.environ.get("DEMO_IMAGE_URLS", "").strip().lower() in ("1", "true", "yes", "on"),
+        )
+
+
+@dataclass(frozen=True)
 class DatabaseSettings:
     """Where conversations are saved: DEMO_DATABASE_URL for a shared deployment (postgresql+psycopg://user:password@
     host/db), else a SQLite file in the cache folder, which suits one machine."""

@@ -9,11 +9,15 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from app.json_limits import JSONLimitError, loads_bounded
+from app.media import check_message_images, from_data_url, prepare_image, to_data_url
+
+# Fetches an http(s) image URL for `from_openai` (the API server's, when it allows image URLs): raw bytes.
+ImageFetcher = Callable[[str], bytes]
 
 Role = Literal["system", "user", "assistant", "tool"]
 ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
@@ -185,8 +189,17 @@ class Message:
             parts.append(f'<document name="{document.name}"{note}>\n{document.text}\n</document>')
         return "\n\n".join(parts)
 
+    @property
+    def images(self) -> list[Attachment]:
+        return [a for a in self.attachments if a.kind == "image" and a.data]
+
     def to_openai(self) -> dict[str, Any]:
+        """This message as an OpenAI chat message. A user's pictures come first, as `image_url` parts with data
+        URLs, then the text; a tool's images (plots) are not part of it (OpenAI tool messages carry text only:
+        `process_input` shows them to a vision model when asked to)."""
         data: dict[str, Any] = {"role": self.role, "content": self.prompt_text()}
+        if self.role == "user" and self.images:
+            data["content"] = [*(image_part(image) for image in self.images), *text_parts(self.prompt_text())]
         if self.tool_calls:
             data["tool_calls"] = [call.to_openai() for call in self.tool_calls]
         if self.role == "tool":
@@ -196,19 +209,34 @@ class Message:
         return data
 
     @classmethod
-    def from_openai(cls, data: dict[str, Any]) -> Message:
+    def from_openai(cls, data: dict[str, Any], fetch_image: ImageFetcher | None = None) -> Message:
+        """A message from OpenAI's shape. Images (`image_url` parts of a user message) are decoded and checked here
+        (app/media.py); an http(s) image URL needs `fetch_image`, without it only `data:` URLs are taken."""
         if not isinstance(data, dict):
             raise ValueError("a message must be a JSON object")
         role = data.get("role")
         if role not in ROLES:
             raise ValueError(f"unknown role {role!r}; expected one of {', '.join(ROLES)}")
+        content, images = _content(data.get("content"), fetch_image)
+        if images and role != "user":
+            raise ValueError(f"only user messages can carry images (this one is a {role} message)")
         return cls(
             role=role,
-            content=_content_text(data.get("content")),
+            content=content,
             tool_calls=[ToolCall.from_openai(call) for call in _tool_calls(data.get("tool_calls"))],
             tool_call_id=_optional_text(data, "tool_call_id"),
             name=_optional_text(data, "name"),
+            attachments=images,
         )
+
+
+def image_part(image: Attachment) -> dict[str, Any]:
+    """An image as an OpenAI content part, its bytes inline as a data URL."""
+    return {"type": "image_url", "image_url": {"url": to_data_url(image.data)}}
+
+
+def text_parts(text: str) -> list[dict[str, Any]]:
+    return [{"type": "text", "text": text}] if text else []
 
 
 def _tool_calls(value: Any) -> list[Any]:
@@ -226,21 +254,45 @@ def _optional_text(data: dict[str, Any], key: str) -> str | None:
     return value
 
 
-def _content_text(content: Any) -> str:
-    """OpenAI content is a string, null, or a list of parts; keep the text parts."""
+def _content(content: Any, fetch_image: ImageFetcher | None) -> tuple[str, list[Attachment]]:
+    """OpenAI content is a string, null, or a list of parts: the text parts joined, and the images, decoded."""
     if content is None:
-        return ""
+        return "", []
     if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = []
-        for part in content:
-            if isinstance(part, dict) and part.get("type") == "text":
-                texts.append(str(part.get("text", "")))
-            else:
-                raise ValueError("only text content parts are supported")
-        return "".join(texts)
-    raise ValueError("message content must be a string, null or a list of text parts")
+        return content, []
+    if not isinstance(content, list):
+        raise ValueError("message content must be a string, null or a list of text and image_url parts")
+    texts: list[str] = []
+    images: list[Attachment] = []
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text":
+            text = part.get("text", "")
+            if not isinstance(text, str):
+                raise ValueError("a text part's text must be a string")
+            texts.append(text)
+        elif kind == "image_url":
+            name = f"image {len(images) + 1}"
+            prepared = prepare_image(_image_bytes(part.get("image_url"), fetch_image), name)
+            images.append(Attachment(kind="image", name=name, data=prepared.data))
+        else:
+            raise ValueError(f"content part type {kind!r} is not supported; use text or image_url parts")
+    check_message_images([image.data for image in images])
+    return "".join(texts), images
+
+
+def _image_bytes(image_url: Any, fetch_image: ImageFetcher | None) -> bytes:
+    url = image_url.get("url") if isinstance(image_url, dict) else image_url
+    if not isinstance(url, str) or not url:
+        raise ValueError('an image_url part needs {"image_url": {"url": "data:image/png;base64,..."}}')
+    if url.startswith("data:"):
+        return from_data_url(url)
+    if not url.startswith(("http://", "https://")):
+        raise ValueError("an image URL must be a data: URL (data:image/png;base64,...) or an http(s) URL")
+    if fetch_image is None:
+        raise ValueError("http(s) image URLs are not accepted here: send the image inline as a data URL "
+                         "(data:image/png;base64,...)")
+    return fetch_image(url)
 
 
 @dataclass
@@ -276,7 +328,7 @@ class Conversation:
         return [message.to_openai() for message in self.messages]
 
     @classmethod
-    def from_openai(cls, messages: list[dict[str, Any]]) -> Conversation:
+    def from_openai(cls, messages: list[dict[str, Any]], fetch_image: ImageFetcher | None = None) -> Conversation:
         if not isinstance(messages, list):
             raise ValueError("messages must be a list")
-        return cls(messages=[Message.from_openai(item) for item in messages])
+        return cls(messages=[Message.from_openai(item, fetch_image) for item in messages])

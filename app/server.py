@@ -35,6 +35,7 @@ from openai.types import Model
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.chat.chat_completion_chunk import ChoiceDelta
 from sse_starlette import EventSourceResponse
+from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -42,13 +43,20 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app import server_models as api
 from app.clients.base import Client, ClientError, Delta
 from app.clients.registry import create_client
-from app.config import ModelSettings, ServerSettings, offline_by_default
+from app.config import ImageSettings, ModelSettings, ServerSettings, offline_by_default
 from app.server_metrics import ServerMetrics
 from app.server_models import APIError, ChatRequest, ErrorBody, ModelList, error_response
 from app.server_responses import Reply, finish_reason
 
 log = logging.getLogger(__name__)
-MAX_BODY_BYTES = 4 * 1024 * 1024
+MAX_TEXT_BODY_BYTES = 4 * 1024 * 1024  # a request's JSON besides its images
+
+
+def max_body_bytes() -> int:
+    """The text's share plus one message's worth of images, base64-encoded (4 bytes for every 3)."""
+    return MAX_TEXT_BODY_BYTES + int(ImageSettings.from_env().max_message_mb * 2**20 * 4 / 3)
+
+
 DISCONNECT_POLL_S = 0.1  # how often a request looks whether its client is still there
 _END = object()
 
@@ -290,7 +298,7 @@ def create_app(settings: ModelSettings | None = None, client: Client | None = No
 def _add_middleware(app: FastAPI, metrics: ServerMetrics, api_key: str | None, cors_origins: list[str] | None) -> None:
     # The last added runs first: CORS (preflights answered, headers on every answer, errors included), then the
     # key, then the body's size.
-    app.add_middleware(BodySizeLimit, limit=MAX_BODY_BYTES)
+    app.add_middleware(BodySizeLimit, limit=max_body_bytes())
     app.add_middleware(KeyCheckAndCount, api_key=api_key, metrics=metrics)
     if cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=cors_origins, allow_methods=["GET", "POST"],
@@ -359,7 +367,9 @@ class ChatCompletions:
                                 f"{self.holder.served_name!r}.", param="model", code="model_not_found")
         api.check_supported(body)
         params = api.generation_params(body, client.generation_defaults, self.default_max_tokens)
-        tools, response_format, messages = api.tool_request(body), api.response_format(body), api.messages(body)
+        tools, response_format = api.tool_request(body), api.response_format(body)
+        # Images are decoded (and http(s) ones fetched, where allowed) off the event loop.
+        messages = await run_in_threadpool(api.messages, body, api.image_fetcher(ImageSettings.from_env()))
         cancel = threading.Event()
         self.metrics.in_progress.inc()  # down again once the generation has stopped (DeltaPump's on_end)
         flight = InFlight(DeltaPump(client.stream(messages, params, cancel, tools, response_format), cancel,

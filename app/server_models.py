@@ -15,13 +15,17 @@ from openai.types import Model
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.clients.base import GenerationParams, ResponseFormat, ToolRequest
-from app.conversation import Conversation
+from app.config import ImageSettings
+from app.conversation import Conversation, ImageFetcher
+from app.tools.net_guard import fetch_guarded
+from app.tools.registry import ToolError
 from app.generation_defaults import GenerationDefaults
 
 # Fields the API accepts without acting on them (they change nothing for a single local model).
 _HARMLESS_FIELDS = {"user", "metadata", "store", "parallel_tool_calls", "service_tier"}
 # A seed is a signed 64-bit integer, as in OpenAI's and vLLM's APIs.
 _SEED_RANGE = (-(2**63), 2**63 - 1)
+IMAGE_FETCH_TIMEOUT_S = 10.0
 MAX_SCHEMA_DEPTH = 128  # objects and arrays in a tool's parameters or a response format's schema
 
 
@@ -187,14 +191,15 @@ def check_size(request: ChatRequest, max_messages: int, max_chars: int) -> None:
 
 
 def text_chars(value: Any) -> int:
-    """Characters in every string value of a JSON value; iterative, so deep nesting cannot overflow it."""
+    """Characters in every string value of a JSON value but images (their data URLs have limits of their own,
+    app/media.py); iterative, so deep nesting cannot overflow it."""
     total, pending = 0, [value]
     while pending:
         item = pending.pop()
         if isinstance(item, str):
             total += len(item)
         elif isinstance(item, dict):
-            pending.extend(item.values())
+            pending.extend(v for k, v in item.items() if not (k == "image_url" and item.get("type") == "image_url"))
         elif isinstance(item, list):
             pending.extend(item)
     return total
@@ -259,9 +264,25 @@ def response_format(request: ChatRequest) -> ResponseFormat | None:
                           schema.name if schema else "response")
 
 
-def messages(request: ChatRequest) -> list[dict[str, Any]]:
+def image_fetcher(settings: ImageSettings) -> ImageFetcher:
+    """How http(s) image URLs in a request are fetched: through the browser tool's SSRF guard (no private or
+    local addresses unless DEMO_BROWSER_ALLOW allows them) when DEMO_IMAGE_URLS=1, else refused."""
+
+    def fetch(url: str) -> bytes:
+        if not settings.allow_urls:
+            raise ValueError("this server does not fetch http(s) image URLs: send the image inline as a data URL "
+                             "(data:image/png;base64,...), or start the server with DEMO_IMAGE_URLS=1")
+        try:
+            return fetch_guarded(url, int(settings.max_mb * 2**20), IMAGE_FETCH_TIMEOUT_S, "image")[2]
+        except ToolError as exc:
+            raise ValueError(f"could not fetch the image at {url}: {exc}") from None
+
+    return fetch
+
+
+def messages(request: ChatRequest, fetch_image: ImageFetcher | None = None) -> list[dict[str, Any]]:
     try:
-        return Conversation.from_openai(request.messages).to_openai()
+        return Conversation.from_openai(request.messages, fetch_image).to_openai()
     except ValueError as exc:
         raise APIError(400, f"Invalid messages: {exc}", param="messages") from exc
     except RecursionError as exc:  # tool-call arguments given as an object nested thousands deep (not decoded here)

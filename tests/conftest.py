@@ -16,11 +16,12 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("DEMO_DATABASE_URL", f"sqlite:///{tempfile.mkdtemp(prefix='demo-tests-')}/conversations.db")
 
 from tests.tiny_model import build_tiny_model  # noqa: E402
+from tests.tiny_vlm import build_tiny_vlm  # noqa: E402
 
 
 # ----- what runs where: vLLM tests are marked, and CI lets nothing else skip -----------------------------------
 
-VLLM_FIXTURES = {"vllm_tiny", "vllm_smol", "vllm_server"}
+VLLM_FIXTURES = {"vllm_tiny", "vllm_smol", "vllm_server", "vllm_vlm"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -56,6 +57,19 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("tiny-model"))
+
+
+@pytest.fixture(scope="session")
+def tiny_vlm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_vlm(tmp_path_factory.mktemp("tiny-vlm"))
+
+
+@pytest.fixture(scope="session")
+def tiny_vlm_client(tiny_vlm_dir: Path):
+    from app.clients.hf import HFClient
+    from app.config import ModelSettings
+
+    return HFClient(ModelSettings(model_path=str(tiny_vlm_dir), device="cpu"))
 
 
 @pytest.fixture(scope="session")
@@ -167,6 +181,11 @@ def _vllm_client(model_dir: Path):
 @pytest.fixture(scope="session")
 def vllm_tiny(tiny_model_dir: Path):
     yield from _vllm_client(tiny_model_dir)
+
+
+@pytest.fixture(scope="session")
+def vllm_vlm(tiny_vlm_dir: Path):
+    yield from _vllm_client(tiny_vlm_dir)
 
 
 @pytest.fixture(scope="session")

@@ -169,3 +169,40 @@ def test_all_tools_a_local_page_is_opened_and_cited(app_url, browser, site):
     link.wait_for(timeout=10_000)
     assert "Lighthouses of Brittany" in link.inner_text()
     page.close()
+
+
+def sunset_png() -> bytes:
+    """A small picture drawn in code: a sun over the sea."""
+    import io
+
+    from PIL import Image, ImageDraw
+
+    image = Image.new("RGB", (480, 300), (255, 183, 94))
+    draw = ImageDraw.Draw(image)
+    draw.ellipse((180, 90, 300, 210), fill=(255, 236, 140))
+    draw.rectangle((0, 170, 480, 300), fill=(38, 84, 140))
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def test_chat_a_picture_to_a_text_only_model_is_shown_refused_clearly_and_its_text_answered(app_url, browser):
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(app_url)
+    page.get_by_text("SmolLM2-135M-Instruct").first.wait_for(timeout=120_000)
+    sidebar = page.get_by_test_id("stSidebar")
+    sidebar.get_by_text("Text only: this model cannot see images").wait_for(timeout=10_000)
+    picture = {"name": "sunset.png", "mimeType": "image/png", "buffer": sunset_png()}
+    answer = send(page, "What is in this picture? Where could it be?", [picture])
+    question = page.locator('[data-testid="stChatMessage"]').first
+    question.get_by_test_id("stImage").wait_for(timeout=30_000)  # the picture, in the user's message
+    answer.get_by_text("This model cannot see images").wait_for(timeout=60_000)
+    button = page.get_by_role("button", name="Answer the text only")
+    button.wait_for(timeout=30_000)
+    page.mouse.move(700, 5)
+    page.screenshot(path=str(ARTIFACTS / "vision-refused.png"), full_page=False)
+    button.click()
+    answer.get_by_text("tok/s").wait_for(timeout=120_000)
+    assert answer.get_by_text("This model cannot see images").count() == 0
+    assert question.get_by_test_id("stImage").count() == 1  # the picture stays in the conversation
+    page.close()

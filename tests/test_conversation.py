@@ -25,11 +25,13 @@ def test_openai_round_trip_keeps_every_role_and_tool_call():
     assert conversation.to_openai() == source
 
 
-def test_text_content_parts_are_joined_and_other_parts_refused():
+def test_text_content_parts_are_joined_and_unusable_parts_refused():
     message = Message.from_openai({"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]})
     assert message.content == "ab"
-    with pytest.raises(ValueError, match="only text"):
+    with pytest.raises(ValueError, match="must be a data: URL"):
         Message.from_openai({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]})
+    with pytest.raises(ValueError, match="'file' is not supported"):
+        Message.from_openai({"role": "user", "content": [{"type": "file", "file": {}}]})
 
 
 @pytest.mark.parametrize(

@@ -31,12 +31,12 @@ def generate_ids(client, prompt_ids, n):
 
 def test_streamed_text_equals_one_shot_decode(tiny_client):
     text, deltas = collect(tiny_client, HELLO, GREEDY)
-    ids = generate_ids(tiny_client, tiny_client.template.render(HELLO), 24)
+    ids = generate_ids(tiny_client, tiny_client.template.render(HELLO).token_ids, 24)
     assert text == tiny_client.tokenizer.decode(ids, skip_special_tokens=True)
     final = deltas[-1]
     assert final.finish_reason == "length"
     assert final.metrics.completion_tokens == 24
-    assert final.metrics.prompt_tokens == len(tiny_client.template.render(HELLO))
+    assert final.metrics.prompt_tokens == len(tiny_client.template.render(HELLO).token_ids)
     assert final.metrics.time_to_first_token_s > 0 and final.metrics.tokens_per_second > 0
 
 
@@ -178,9 +178,9 @@ def test_fitting_keeps_the_newest_whole_turns_that_fit_exactly_as_counting_every
     prompt = client.template.prepare(messages, GenerationParams(max_new_tokens=40), tools)
     # The reference: every cut from the oldest turn on, the first whose prompt fits 400 - 40 tokens.
     cuts = [i for i, message in enumerate(messages) if message["role"] == "user"]
-    reference = next(cut for cut in cuts if len(client.template.render([messages[0], *messages[cut:]], tools)) <= 360)
+    reference = next(cut for cut in cuts if len(client.template.render([messages[0], *messages[cut:]], tools).token_ids) <= 360)
     assert prompt.dropped_messages == reference - 1 > 0
-    assert prompt.token_ids == client.template.render([messages[0], *messages[reference:]], tools)
+    assert prompt.token_ids == client.template.render([messages[0], *messages[reference:]], tools).token_ids
     assert "calculator" in client.tokenizer.decode(prompt.token_ids)  # calls and results kept, in whole turns
 
 
@@ -190,7 +190,7 @@ def test_fitting_ten_thousand_messages_renders_each_message_about_once(tiny_mode
     rendered: list[int] = []
     render = client.template.render
     monkeypatch.setattr(client.template, "render",
-                        lambda messages, tools=None: rendered.append(len(messages)) or render(messages, tools))
+                        lambda messages, tools=None, images=None: rendered.append(len(messages)) or render(messages, tools, images))
     messages = [{"role": ("user", "assistant")[i % 2], "content": f"short message number {i}"} for i in range(10_001)]
     started = time.monotonic()
     prompt = client.template.prepare(messages, GenerationParams(max_new_tokens=40), None)
@@ -198,7 +198,7 @@ def test_fitting_ten_thousand_messages_renders_each_message_about_once(tiny_mode
     assert sum(rendered) < 1.2 * len(messages)  # the whole once, then only a few spans of what fits
     dropped = prompt.dropped_messages
     assert messages[dropped]["role"] == "user" and len(prompt.token_ids) <= 260  # whole turns, within budget
-    assert len(render(messages[dropped - 2:])) > 260  # and one more turn would not have fitted
+    assert len(render(messages[dropped - 2:]).token_ids) > 260  # and one more turn would not have fitted
 
 
 def test_a_message_longer_than_the_context_window_is_a_clear_error(tiny_model_dir):

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from app.clients.base import GenerationParams, ToolRequest
 from app.clients.openai import OpenAIClient
 from app.config import ModelSettings
-from app.server import create_app
+from app.server import create_app, max_body_bytes
 from app.tools import load_tools
 from harness.local_http import serving
 from tests.helpers import collect
@@ -125,7 +125,7 @@ def test_api_key_and_body_size(api):
     with pytest.raises(openai.AuthenticationError):
         bad.models.list()
     huge = httpx.post(f"{api}/v1/chat/completions", headers={"Authorization": "Bearer secret-key"},
-                      content=b"x" * (5 * 1024 * 1024))
+                      content=b"x" * (max_body_bytes() + 1))
     assert huge.status_code == 413 and "larger than" in huge.json()["error"]["message"]
 
 

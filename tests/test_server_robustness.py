@@ -22,7 +22,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.clients.base import Delta
-from app.server import create_app
+from app.server import create_app, max_body_bytes
 from harness.local_http import free_port, serving
 from harness.processes import server_process
 from tests.helpers import ARTIFACTS, ROOT
@@ -130,14 +130,16 @@ def test_two_thousand_messages_are_fitted_to_the_context_quickly(server):
     assert 3000 < reply.json()["usage"]["prompt_tokens"] < 4096  # the newest turns, as many as fit
 
 
-def test_a_chunked_body_over_four_megabytes_is_413(server):
+def test_a_chunked_body_over_the_limit_is_413(server):
+    limit = max_body_bytes()  # 4 MB of text and one message's worth of images (DEMO_IMAGE_MAX_MESSAGE_MB)
+
     def chunks():
-        for _ in range(5):
-            yield b" " * (1024 * 1024)
+        for _ in range(limit // 2**20 + 1):
+            yield b" " * 2**20
 
     reply = httpx.post(f"{server}/v1/chat/completions", content=chunks(), timeout=60,
                        headers={**AUTH, "Content-Type": "application/json"})
-    assert_clear_error(reply, 413, "larger than 4194304 bytes")
+    assert_clear_error(reply, 413, f"larger than {limit} bytes")
 
 
 # ----- 2. a client that leaves stops its generation -------------------------------------------------------------

@@ -59,13 +59,13 @@ def test_the_prompt_shows_tools_past_calls_and_results(tiny_client):
             "name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
         {"role": "tool", "tool_call_id": "c1", "name": "get_weather", "content": "sunny, 21°C"},
     ]
-    with_tools = tiny_client.tokenizer.decode(tiny_client.template.render(history, ToolRequest(SCHEMAS, "auto")))
+    with_tools = tiny_client.tokenizer.decode(tiny_client.template.render(history, ToolRequest(SCHEMAS, "auto")).token_ids)
     assert '"name": "get_weather"' in with_tools and "Get the current weather" in with_tools
     assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>' in with_tools
     assert "<tool_response>\nsunny, 21°C\n</tool_response>" in with_tools
-    without = tiny_client.tokenizer.decode(tiny_client.template.render(history, ToolRequest(SCHEMAS, "none")))
+    without = tiny_client.tokenizer.decode(tiny_client.template.render(history, ToolRequest(SCHEMAS, "none")).token_ids)
     assert "Get the current weather" not in without and "sunny, 21°C" in without
-    assert len(tiny_client.template.render(ASK, ToolRequest(SCHEMAS))) > len(tiny_client.template.render(ASK)) + 500
+    assert len(tiny_client.template.render(ASK, ToolRequest(SCHEMAS)).token_ids) > len(tiny_client.template.render(ASK).token_ids) + 500
 
 
 def test_an_unfinished_forced_call_ends_with_length_and_the_app_says_what_to_change(tiny_client):
@@ -136,7 +136,7 @@ def test_a_failing_tool_becomes_an_observation_and_the_loop_goes_on(tiny_client)
     n = conversation.messages[1].tool_calls[0].arguments["n"]
     assert isinstance(n, int)
     assert observation.tool_status == "failed" and observation.content == f"Error: {n} is not the number I think of."
-    prompt = tiny_client.tokenizer.decode(tiny_client.template.render(process_input(conversation)))
+    prompt = tiny_client.tokenizer.decode(tiny_client.template.render(process_input(conversation)).token_ids)
     assert observation.content in prompt  # the model reads the error in the next round
 
 
@@ -196,7 +196,7 @@ def test_a_cancel_event_stops_a_running_tool(tiny_client):
 
 def test_smollm2_has_no_tool_template_and_gets_the_fallback_prompt(smol_client):
     assert smol_client.capabilities.dialect == "hermes" and not smol_client.capabilities.native_tools
-    prompt = smol_client.tokenizer.decode(smol_client.template.render(ASK, ToolRequest(SCHEMAS)))
+    prompt = smol_client.tokenizer.decode(smol_client.template.render(ASK, ToolRequest(SCHEMAS)).token_ids)
     assert "You can call these tools" in prompt and "<tool_call>" in prompt
 
 

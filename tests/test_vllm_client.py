@@ -23,7 +23,7 @@ def test_streams_with_metrics_and_max_tokens(vllm_tiny):
     assert len(texts) > 1  # streamed, not one block
     final = deltas[-1]
     assert final.finish_reason == "length" and final.metrics.completion_tokens == 16
-    assert final.metrics.prompt_tokens == len(vllm_tiny.template.render(HELLO))
+    assert final.metrics.prompt_tokens == len(vllm_tiny.template.render(HELLO).token_ids)
     assert final.metrics.time_to_first_token_s is not None and final.metrics.tokens_per_second > 0
 
 

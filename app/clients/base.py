@@ -127,7 +127,8 @@ class Capabilities:
     native_tools: bool  # the model sees tools through its own chat template (or the remote server's)
     dialect: str | None  # the tool-call dialect this client parses; None: a remote server parses calls
     context_window: int | None  # prompt + answer tokens; None when the backend does not say
-    vision: bool = False  # accepts images in user messages
+    vision: bool | None = False  # sees images in user messages; None: unknown (a remote server decides)
+    max_images: int | None = None  # the most images one prompt may show it; None: no limit of ours
     structured_output: bool = True  # honours ResponseFormat (and forced tool calls) with constrained decoding
 
 

@@ -1,6 +1,7 @@
 """What a local backend (transformers or vLLM) needs to know about a model's chat template, and turning OpenAI
-messages plus tools into prompt token ids with it: the tool-call dialect, whether the template renders tools,
-stop tokens, fitting into the context window, and the parser and grammar for the reply."""
+messages plus tools (and, for a vision-language model, pictures) into prompt token ids with it: the tool-call
+dialect, whether the template renders tools, stop tokens, fitting into the context window, and the parser and
+grammar for the reply."""
 
 from __future__ import annotations
 
@@ -10,16 +11,18 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from app.chat_format import PromptTooLong, ResponseProcessor, fit_to_context, process_response
 from app.clients.base import Capabilities, ClientError, Delta, GenerationParams, ResponseFormat, ToolRequest
 from app.clients.streaming import EngineRequest, stream_engine
+from app.clients.vision import NO_VISION, PromptImages, has_images
 from app.conversation import AnswerMetrics
 from app.dialects import ConstrainedCall, Dialect, detect_dialect, get_dialect
 from app.dialects.constraint import call_ebnf, reply_ebnf
+from app.config import ImageSettings
 from app.generation_defaults import GenerationDefaults, generation_defaults
 
 # Used only when a model ships no chat template at all (base models): plain ChatML.
@@ -33,6 +36,16 @@ _PROBE_TOOL = {"type": "function", "function": {"name": "probe_tool_7f3a", "desc
 
 
 @dataclass
+class Encoded:
+    """A rendered prompt. Without images the two id lists are the same."""
+
+    token_ids: list[int]  # what the model reads: each image placeholder expanded to that image's tokens
+    template_token_ids: list[int]  # the template's text as tokens, one placeholder per image (vLLM expands them)
+    images: list[Any] = field(default_factory=list)  # PIL images, in prompt order
+    image_inputs: dict[str, Any] = field(default_factory=dict)  # the processor's tensors (pixel_values...)
+
+
+@dataclass
 class PreparedPrompt:
     """Everything a local backend needs to generate one reply."""
 
@@ -43,11 +56,19 @@ class PreparedPrompt:
     processor: ResponseProcessor  # stop strings and the reply's parser (app/chat_format.py)
     grammar: str | None  # EBNF the reply must follow (a forced call, a response format), or None
     params: GenerationParams  # the settings to generate with (see `ChatTemplate.prepare`)
+    encoded: Encoded  # the prompt as rendered: its images and the template's own token ids too
 
 
 class ChatTemplate:
-    def __init__(self, tokenizer: Any, eos_token_ids: Sequence[int | None], context_window: int) -> None:
+    """`processor`: a vision-language model's processor. Its chat template (the one that knows image parts) is
+    used, and pictures in user messages are rendered through it; without one, a prompt with pictures is refused."""
+
+    def __init__(self, tokenizer: Any, eos_token_ids: Sequence[int | None], context_window: int,
+                 processor: Any = None) -> None:
         self.tokenizer = tokenizer
+        self.processor = processor
+        if processor is not None and isinstance(getattr(processor, "chat_template", None), str):
+            tokenizer.chat_template = processor.chat_template
         self.uses_fallback_template = not getattr(tokenizer, "chat_template", None)
         if self.uses_fallback_template:
             tokenizer.chat_template = FALLBACK_CHAT_TEMPLATE
@@ -56,6 +77,18 @@ class ChatTemplate:
         self.native_tools = self._renders_tools(self.dialect)
         self.tool_role = self._accepts_tool_role()
         self.stop_token_ids = self._stop_token_ids(eos_token_ids)
+
+    @property
+    def vision(self) -> bool:
+        return self.processor is not None
+
+    def apply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+              add_generation_prompt: bool = True) -> str:
+        """The chat template's text for text-only messages (a vision template gets every content as parts)."""
+        if self.vision:
+            messages = PromptImages(self.processor).template_messages(messages)[0]
+        return self.tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=add_generation_prompt,
+                                                  tokenize=False)
 
     # ----- facts about the template ------------------------------------------------------------------------
 
@@ -77,7 +110,7 @@ class ChatTemplate:
         messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x"},
                     {"role": "tool", "content": _PROBE}]
         try:
-            text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            text = self.apply(messages)
         except Exception:  # templates that insist on user/assistant alternation
             return False
         return isinstance(text, str) and _PROBE in text
@@ -87,9 +120,7 @@ class ChatTemplate:
         system prompt describes them instead."""
         try:
             prompt = dialect.render([{"role": "user", "content": "hi"}], [_PROBE_TOOL], native=True)
-            text = self.tokenizer.apply_chat_template(
-                prompt.messages, tools=prompt.tools, add_generation_prompt=True, tokenize=False
-            )
+            text = self.apply(prompt.messages, prompt.tools)
         except Exception:  # a template that rejects tools cannot render them
             return False
         return isinstance(text, str) and _PROBE_TOOL["function"]["name"] in text
@@ -98,9 +129,8 @@ class ChatTemplate:
         """Render a one-answer chat and look at the first token after the answer: a special token there closes
         the assistant turn (<|im_end|>, <|eot_id|>, <end_of_turn>...), whatever the model family."""
         try:
-            rendered = self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": "hi"}, {"role": "assistant", "content": _PROBE}], tokenize=False
-            )
+            rendered = self.apply([{"role": "user", "content": "hi"}, {"role": "assistant", "content": _PROBE}],
+                                  add_generation_prompt=False)
         except Exception:  # a template that rejects this shape simply gives no extra stop token
             return None
         if not isinstance(rendered, str) or _PROBE not in rendered:
@@ -122,15 +152,26 @@ class ChatTemplate:
                 raise ClientError(str(exc)) from exc
         return self.dialect
 
-    def render(self, messages: list[dict[str, Any]], tools: ToolRequest | None = None) -> list[int]:
-        """Prompt token ids: the dialect puts tools, past calls and results where this model expects them."""
+    def render(self, messages: list[dict[str, Any]], tools: ToolRequest | None = None,
+               images: PromptImages | None = None) -> Encoded:
+        """The prompt: the dialect puts tools, past calls and results where this model expects them; the processor
+        turns the pictures into the model's image tokens and tensors (`images` decodes them, once per prompt)."""
         prompt = self.dialect_for(tools).render(
             messages, tools.active_tools if tools else None, self.native_tools, self.tool_role
         )
-        encoded = self.tokenizer.apply_chat_template(
-            prompt.messages, tools=prompt.tools, add_generation_prompt=True, tokenize=True, return_dict=True
-        )
-        return list(encoded["input_ids"])
+        pictures: list[Any] = []
+        template_messages = prompt.messages
+        if self.vision:
+            images = images or PromptImages(self.processor)
+            template_messages, pictures = images.template_messages(prompt.messages)
+        text = self.tokenizer.apply_chat_template(template_messages, tools=prompt.tools, add_generation_prompt=True,
+                                                  tokenize=False)
+        template_ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        if not pictures:
+            return Encoded(template_ids, template_ids)
+        assert images is not None
+        token_ids, tensors = images.encode(text, pictures)
+        return Encoded(token_ids, template_ids, pictures, tensors)
 
     def prepare(
         self,
@@ -140,7 +181,10 @@ class ChatTemplate:
         response_format: ResponseFormat | None = None,
     ) -> PreparedPrompt:
         """The prompt that fits the context window, and the rules of the reply: its grammar and its processor."""
-        token_ids, dropped = self._fit(messages, params, tools)
+        if not self.vision and has_images(messages):
+            raise ClientError(NO_VISION)
+        encoded, dropped = self._fit(messages, params, tools)
+        token_ids = encoded.token_ids
         dialect = self.dialect_for(tools)
         active_tools = tools.active_tools if tools else []
         forced_tools = tools.forced_tools if tools else []
@@ -166,26 +210,28 @@ class ChatTemplate:
                                        (*params.stop, *text_stops) if active_tools else params.stop),
             grammar=_grammar(forced, dialect, active_tools, response_format),
             params=params,
+            encoded=encoded,
         )
 
     def _fit(self, messages: list[dict[str, Any]], params: GenerationParams,
-             tools: ToolRequest | None) -> tuple[list[int], int]:
-        """Token ids of the newest turns that fit, and how many messages were dropped."""
+             tools: ToolRequest | None) -> tuple[Encoded, int]:
+        """The newest turns that fit, rendered, and how many messages were dropped."""
         # Reserve room for the answer, but never more than half the window: a large "max new tokens" on a small
         # model should shorten the answer's room, not drop the whole history.
         reserve = min(params.max_new_tokens, max(1, self.context_window // 2))
         budget = self.context_window - reserve
-        fitting: dict[int, list[int]] = {}  # the token ids of each candidate that fit, by its message count
+        fitting: dict[int, Encoded] = {}  # each candidate that fit, rendered, by its message count
+        images = PromptImages(self.processor) if self.vision else None
 
         def count(candidate: list[dict[str, Any]]) -> int:
-            token_ids = self.render(candidate, tools)
-            if len(token_ids) <= budget:
-                fitting[len(candidate)] = token_ids
-            return len(token_ids)
+            encoded = self.render(candidate, tools, images)
+            if len(encoded.token_ids) <= budget:
+                fitting[len(candidate)] = encoded
+            return len(encoded.token_ids)
 
         try:
             fitted = fit_to_context(messages, count, budget)
-        except PromptTooLong as exc:
+        except (PromptTooLong, ClientError) as exc:
             raise ClientError(str(exc)) from exc
         except Exception as exc:  # a template that cannot render these messages
             raise ClientError(f"The model's chat template could not render the conversation: {exc}") from exc
@@ -231,7 +277,9 @@ class LocalTemplateClient(ABC):
     @functools.cached_property
     def capabilities(self) -> Capabilities:
         return Capabilities(model_id=self.model_path.name, native_tools=self.template.native_tools,
-                            dialect=self.template.dialect.name, context_window=self.template.context_window)
+                            dialect=self.template.dialect.name, context_window=self.template.context_window,
+                            vision=self.template.vision,
+                            max_images=ImageSettings.from_env().max_per_prompt if self.template.vision else None)
 
     @property
     def tokenizer(self) -> Any:

@@ -18,7 +18,9 @@ from typing import Any, TypeVar
 
 import torch
 from transformers import (
+    AutoConfig,
     AutoModelForCausalLM,
+    AutoModelForImageTextToText,
     AutoTokenizer,
     LogitsProcessorList,
     RepetitionPenaltyLogitsProcessor,
@@ -31,6 +33,7 @@ from app.clients.chat_template import ChatTemplate, LocalTemplateClient, Prepare
 from app.clients.constrained import ConstrainedDecoding
 from app.clients.incremental_streamer import IncrementalTextStreamer
 from app.clients.streaming import EngineFeed, EngineOutput, EngineRequest
+from app.clients.vision import is_vision_config, load_processor
 from app.config import ModelSettings, offline_by_default
 
 log = logging.getLogger(__name__)
@@ -134,19 +137,29 @@ class HFClient(LocalTemplateClient):
         self.device = resolve_device(settings.device)
         dtype = resolve_dtype(settings.dtype, self.device)
         self.model_path = resolve_model_path(settings.model_path)
+        processor = None
         try:
             tokenizer = AutoTokenizer.from_pretrained(self.model_path)
             load_kwargs: dict[str, Any] = {"dtype": dtype}
             if self.device == "cuda":
                 load_kwargs["device_map"] = "auto"  # spreads a large model over every visible GPU
-            self.model = AutoModelForCausalLM.from_pretrained(self.model_path, **load_kwargs)
+            if is_vision_config(AutoConfig.from_pretrained(self.model_path)):
+                # A vision-language model: its processor's tokenizer is the one its chat template is written for.
+                processor = load_processor(self.model_path)
+                tokenizer = processor.tokenizer
+                self.model = AutoModelForImageTextToText.from_pretrained(self.model_path, **load_kwargs)
+            else:
+                self.model = AutoModelForCausalLM.from_pretrained(self.model_path, **load_kwargs)
+        except ClientError:
+            raise
         except Exception as exc:  # loaders raise many types (OSError, SafetensorError, ValueError...)
             raise ClientError(f"Could not load the model from {str(self.model_path)!r}: {exc}") from exc
         if self.device != "cuda":
             self.model.to(self.device)
         self.model.eval()
         eos = self.model.generation_config.eos_token_id
-        self.template = ChatTemplate(tokenizer, eos if isinstance(eos, list) else [eos], self._context_window(tokenizer))
+        self.template = ChatTemplate(tokenizer, eos if isinstance(eos, list) else [eos], self._context_window(tokenizer),
+                                     processor)
         self._constrained = ConstrainedDecoding(self.tokenizer, self.model, self.stop_token_ids)
         self.queue = GenerationQueue()
         log.info("Loaded %s on %s (%s), context %d", self.model_path, self.device, dtype, self.context_window)
@@ -217,6 +230,10 @@ class HFClient(LocalTemplateClient):
             kwargs["suppress_tokens"] = [t for t in suppressed if t not in self.stop_token_ids] or None
         input_ids = torch.tensor([prompt.token_ids], device=self.model.device)
         kwargs.update(input_ids=input_ids, attention_mask=torch.ones_like(input_ids))
+        for name, tensor in prompt.encoded.image_inputs.items():  # pixel_values and the like, for the vision tower
+            floating = isinstance(tensor, torch.Tensor) and tensor.is_floating_point()
+            kwargs[name] = tensor.to(self.model.device, self.model.dtype) if floating else (
+                tensor.to(self.model.device) if isinstance(tensor, torch.Tensor) else tensor)
         return kwargs
 
     def close(self) -> None:

@@ -78,8 +78,9 @@ class OpenAIClient:
                               f"{', '.join(self.models)}.")
         # The server's model folder is out of sight: its name can still match a model card's recommendation.
         self.generation_defaults = generation_defaults(self.model)
+        # Whether the model sees images is the server's to say (no API tells it): pictures are sent as they are.
         self.capabilities = Capabilities(model_id=self.model, native_tools=True, dialect=None,
-                                         context_window=_max_model_len(listed, self.model))
+                                         context_window=_max_model_len(listed, self.model), vision=None)
         # vLLM-style servers take top_k and repetition_penalty; OpenAI's own API rejects unknown fields.
         self._extra_sampling = "api.openai.com" not in self.base_url
 

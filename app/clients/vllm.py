@@ -4,7 +4,10 @@ Streamlit reruns never touch that loop: each request is a coroutine submitted to
 only the new text) go to the shared streaming helper (app/clients/streaming.py). Every request has its own id,
 so concurrent sessions are batched by vLLM and never mixed; Stop or a closed consumer aborts the request in the
 engine. Prompts, stop tokens, the reply's parser and its grammar (forced calls, response formats) come from the
-same ChatTemplate the transformers backend uses; the grammar reaches vLLM's structured outputs as EBNF.
+same ChatTemplate the transformers backend uses; the grammar reaches vLLM's structured outputs as EBNF. A
+vision-language model gets the template's tokens with one placeholder per image plus the images as multi-modal
+data: vLLM's own processor expands the placeholders (ids the HF processor already expanded would be expanded
+twice).
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from typing import Any
 from app.clients.base import ClientError
 from app.clients.chat_template import ChatTemplate, LocalTemplateClient, PreparedPrompt
 from app.clients.streaming import EngineFeed, EngineOutput, EngineRequest
-from app.config import ModelSettings, offline_by_default
+from app.clients.vision import is_vision_config, load_processor
+from app.config import ImageSettings, ModelSettings, offline_by_default
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +71,12 @@ class VLLMClient(LocalTemplateClient):
         except OSError:  # no generation_config.json
             eos = None
         context = settings.max_context_tokens or getattr(config.get_text_config(), "max_position_embeddings", 0) or 4096
-        self.template = ChatTemplate(tokenizer, eos if isinstance(eos, list) else [eos], context)
+        processor = load_processor(self.model_path) if is_vision_config(config) else None
+        if processor is not None:
+            tokenizer = processor.tokenizer
+        self.template = ChatTemplate(tokenizer, eos if isinstance(eos, list) else [eos], context, processor)
+        # The most images one prompt may hold: vLLM reserves memory for that many (process_input keeps the newest).
+        vision_limits = {"limit_mm_per_prompt": {"image": ImageSettings.from_env().max_per_prompt}} if processor else {}
         options = settings.vllm
         self.engine_args = engine_args_cls(
             model=str(self.model_path),
@@ -79,6 +88,7 @@ class VLLMClient(LocalTemplateClient):
             distributed_executor_backend=options.distributed_executor_backend,
             enforce_eager=options.enforce_eager,
             quantization=options.quantization or None,
+            **vision_limits,
         )
         self.loop = asyncio.new_event_loop()
         self.loop_thread = threading.Thread(target=self.loop.run_forever, name="vllm-loop", daemon=True)
@@ -158,7 +168,10 @@ class _Request:
 
     async def _produce(self, feed: EngineFeed) -> None:
         try:
-            request = {"prompt_token_ids": self.prompt.token_ids}
+            encoded = self.prompt.encoded
+            request: dict[str, Any] = {"prompt_token_ids": self.prompt.token_ids}
+            if encoded.images:
+                request = {"prompt_token_ids": encoded.template_token_ids, "multi_modal_data": {"image": encoded.images}}
             async for output in self.client.engine.generate(request, self.sampling, self.request_id):
                 completion = output.outputs[0]
                 feed.put(EngineOutput(text=completion.text, tokens=len(completion.token_ids),

@@ -8,18 +8,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from urllib.parse import urljoin
 
 import httpx
 
 from app.config import BrowserSettings
 from app.tools.documents import DocumentError, decode_text, extract_text
-from app.tools.net_guard import check_url
+from app.tools.net_guard import fetch_guarded
 from app.tools.registry import ToolError
 
 TIMEOUT_S = 10.0
 MAX_BYTES = 3 * 1024 * 1024
-MAX_REDIRECTS = 5
 MAX_PAGE_CHARS = 6000
 USER_AGENT = "Mozilla/5.0 (compatible; composite-llm-demo/1.0; +local demo)"
 _CITATION = re.compile(r"\[(\d{1,3})\](?!\()")
@@ -126,33 +124,8 @@ def cited_sources(tool_output: str) -> list[tuple[int, str, str]]:
 
 def fetch_readable(url: str) -> tuple[str, str, str]:
     """(final URL, title, main text) of a URL, following redirects only to addresses the guard allows."""
-    try:
-        with httpx.Client(timeout=TIMEOUT_S, follow_redirects=False, headers={"User-Agent": USER_AGENT}) as http:
-            for _ in range(MAX_REDIRECTS + 1):
-                check_url(url)
-                with http.stream("GET", url) as response:
-                    if response.is_redirect and "location" in response.headers:
-                        url = urljoin(url, response.headers["location"])
-                        continue
-                    if response.status_code >= 400:
-                        raise ToolError(f"{url} answered HTTP {response.status_code}.")
-                    body = _read_capped(response)
-                    return (url, *_readable(url, response.headers.get("content-type", ""), body))
-    except (httpx.ConnectError, httpx.TimeoutException, httpx.NetworkError) as exc:
-        raise ToolError(f"could not reach {url} ({type(exc).__name__}); the computer may be offline.") from None
-    except httpx.HTTPError as exc:
-        raise ToolError(f"could not open {url}: {exc}") from None
-    raise ToolError(f"{url} redirected more than {MAX_REDIRECTS} times.")
-
-
-def _read_capped(response: httpx.Response) -> bytes:
-    chunks, size = [], 0
-    for chunk in response.iter_bytes():
-        size += len(chunk)
-        if size > MAX_BYTES:
-            raise ToolError(f"the page is larger than {MAX_BYTES // 2**20} MB.")
-        chunks.append(chunk)
-    return b"".join(chunks)
+    final_url, content_type, body = fetch_guarded(url, MAX_BYTES, TIMEOUT_S, "page", USER_AGENT)
+    return (final_url, *_readable(final_url, content_type, body))
 
 
 def _readable(url: str, content_type: str, body: bytes) -> tuple[str, str]:

@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
+
+import httpx
 
 from app.config import BrowserSettings
 from app.tools.registry import ToolError
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
+MAX_REDIRECTS = 5
 _CGNAT = ipaddress.ip_network("100.64.0.0/10")
 # Prefixes whose last 32 bits are an IPv4 address the traffic ends up at (RFC 4291, 6052, 6145).
 _IPV4_IN_LOW_BITS = tuple(ipaddress.ip_network(net) for net in (
@@ -101,3 +104,38 @@ def check_url(url: str) -> None:
                 f"refused to open {url}: {host} resolves to {_describe(address)}, a private, local or reserved "
                 "address. (An administrator can allow it with DEMO_BROWSER_ALLOW.)"
             )
+
+
+def fetch_guarded(url: str, max_bytes: int, timeout_s: float, what: str = "file",
+                  user_agent: str = "composite-llm-demo/1.0") -> tuple[str, str, bytes]:
+    """(final URL, content type, body) of a GET, checking the guard before every hop (redirects are followed
+    here, never by httpx) and reading at most `max_bytes`. Every failure is a ToolError that says what happened."""
+    try:
+        with httpx.Client(timeout=timeout_s, follow_redirects=False, headers={"User-Agent": user_agent}) as http:
+            for _ in range(MAX_REDIRECTS + 1):
+                check_url(url)
+                with http.stream("GET", url) as response:
+                    if response.is_redirect and "location" in response.headers:
+                        url = urljoin(url, response.headers["location"])
+                        continue
+                    if response.status_code >= 400:
+                        raise ToolError(f"{url} answered HTTP {response.status_code}.")
+                    return url, response.headers.get("content-type", ""), _read_capped(response, max_bytes, what)
+    except (httpx.ConnectError, httpx.TimeoutException, httpx.NetworkError) as exc:
+        raise ToolError(f"could not reach {url} ({type(exc).__name__}); the computer may be offline.") from None
+    except httpx.HTTPError as exc:
+        raise ToolError(f"could not open {url}: {exc}") from None
+    raise ToolError(f"{url} redirected more than {MAX_REDIRECTS} times.")
+
+
+def _read_capped(response: httpx.Response, max_bytes: int, what: str) -> bytes:
+    declared = response.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > max_bytes:
+        raise ToolError(f"the {what} is larger than {max_bytes / 2**20:g} MB.")
+    chunks, size = [], 0
+    for chunk in response.iter_bytes():
+        size += len(chunk)
+        if size > max_bytes:
+            raise ToolError(f"the {what} is larger than {max_bytes / 2**20:g} MB.")
+        chunks.append(chunk)
+    return b"".join(chunks)

@@ -23,14 +23,35 @@ from app.agent import (
     Waiting,
     run_turn,
 )
+from app.chat_format import ImagePolicy
 from app.clients.base import Client
 from app.conversation import Attachment, Conversation, Message, ToolCall
+from app.media import IMAGE_TYPES, ImageError, check_message_images, prepare_image
 from app.tools.browser import cited_sources
-from app.tools.documents import DocumentError, document_attachment
+from app.tools.documents import UPLOAD_TYPES, DocumentError, document_attachment
 from app.ui import persistence, state
-from app.ui.sidebar import SidebarState
+from app.ui.sidebar import SidebarState, page_section
+
+ATTACHMENT_TYPES = [*IMAGE_TYPES, *UPLOAD_TYPES]  # what a page's message box accepts: pictures and documents
 
 _FLUSH_EVERY_S = 0.05  # re-render the growing answer at most 20 times a second
+
+
+_VISION_LABELS = {
+    True: ":material/visibility: Sees images: attach pictures to ask about them.",
+    False: ":material/visibility_off: Text only: this model cannot see images (load a vision-language model, "
+           "e.g. SmolVLM, to ask about pictures).",
+    None: ":material/help: Images: the API server decides whether this model can see them.",
+}
+
+
+def show_model(client: Client | None, detail: str = "") -> None:
+    """Under the page title, the loaded model; in the sidebar, whether it can see images."""
+    if client is None:
+        return
+    st.caption(client.describe() + detail)
+    with page_section():
+        st.caption(_VISION_LABELS[client.capabilities.vision])
 
 
 def render_history(conversation: Conversation, transform: Callable[[str], str] | None = None) -> None:
@@ -63,6 +84,10 @@ def _sources(bubble: Any, tool_results: list[Message]) -> None:
 
 def render_message(message: Message) -> None:
     with st.chat_message(message.role):
+        if message.images:
+            columns = st.columns(min(len(message.images), 4))
+            for index, image in enumerate(message.images):
+                columns[index % len(columns)].image(image.data, caption=image.name, width="content")
         _render_answer(message, {})
 
 
@@ -169,6 +194,7 @@ def stream_turn(
     sidebar: SidebarState,
     tools: ToolSettings | None = None,
     transform: Callable[[str], str] | None = None,
+    images: ImagePolicy | None = None,
 ) -> None:
     """Stream a turn into an assistant bubble: text as it comes, a live card per tool call; each finished answer
     and tool result is saved to the page's stored conversation at once.
@@ -187,7 +213,7 @@ def stream_turn(
         card_name, card_started = "", 0.0
         writing = st.empty()  # the call the model is writing, live, until its card takes over
         writing_call = False
-        events = run_turn(client, conversation, sidebar.params, sidebar.system_prompt, tools=tools)
+        events = run_turn(client, conversation, sidebar.params, sidebar.system_prompt, tools=tools, images=images)
         with closing(events):
             for event in events:
                 if isinstance(event, TextDelta):
@@ -251,35 +277,48 @@ def answer_if_asked(
     tools: ToolSettings | None = None,
     on_upload: Callable[[str, bytes], None] | None = None,
     transform: Callable[[str], str] | None = None,
+    tool_images: bool = False,
 ) -> None:
     """A page's chat loop: add the submitted message (text, or text and files from a chat_input that accepts
     files) or take a Regenerate/Resend request, stream the answer, then redraw once so the sidebar (drawn before
-    this turn) reflects the new last message. `on_upload` also receives every uploaded file."""
-    wants_answer = state.pop_turn_request(page)
-    message = user_message(submitted, on_upload)
+    this turn) reflects the new last message. `on_upload` also receives every uploaded document; `tool_images`:
+    show the model the pictures its tools made (plots)."""
+    request = state.pop_turn_request(page)
+    wants_answer = request is not None
+    try:
+        message = user_message(submitted, on_upload)
+    except ImageError as exc:
+        _refuse_message(submitted, exc)
+        return
     if message is not None:
         render_message(conversation.add(message))
         persistence.save(page, conversation)  # stored before the answer starts: a crash loses only the answer
         wants_answer = True
     if not wants_answer:
+        offer_text_only_answer(page, conversation, client)
         return
     if client is None:
         answer_error(conversation, "No model is loaded: fix the model settings in the sidebar, then press Regenerate.")
     else:
-        stream_turn(page, client, conversation, sidebar, tools, transform)
+        images = ImagePolicy(see=not (request and request.text_only), tool_images=tool_images)
+        stream_turn(page, client, conversation, sidebar, tools, transform, images)
     persistence.save(page, conversation)
     st.rerun()
 
 
 def user_message(submitted: Any, on_upload: Callable[[str, bytes], None] | None = None) -> Message | None:
-    """The user's message from st.chat_input's value; uploaded files become document attachments (a file that
+    """The user's message from st.chat_input's value. Pictures are checked and made safe (app/media.py): one that
+    cannot be used raises ImageError and nothing is sent. Other files become document attachments (a file that
     cannot be read stays on the message as a visible note, and the rest of the message still goes out)."""
     if submitted is None:
         return None
     text = submitted if isinstance(submitted, str) else getattr(submitted, "text", "") or ""
     files = [] if isinstance(submitted, str) else list(getattr(submitted, "files", []) or [])
-    attachments: list[Attachment] = []
-    for upload in files:
+    images = [(upload.name, upload.getvalue()) for upload in files if _is_image_name(upload.name)]
+    pictures = [Attachment(kind="image", name=name, data=prepare_image(data, name).data) for name, data in images]
+    check_message_images([picture.data for picture in pictures])
+    attachments: list[Attachment] = list(pictures)
+    for upload in (upload for upload in files if not _is_image_name(upload.name)):
         data = upload.getvalue()
         try:
             attachment = document_attachment(upload.name, data)
@@ -291,6 +330,42 @@ def user_message(submitted: Any, on_upload: Callable[[str, bytes], None] | None 
     if not text.strip() and not attachments:
         return None
     return Message(role="user", content=text.strip(), attachments=attachments)
+
+
+def _is_image_name(name: str) -> bool:
+    return name.rsplit(".", 1)[-1].lower() in IMAGE_TYPES
+
+
+def _refuse_message(submitted: Any, error: ImageError) -> None:
+    """A picture that cannot be used: nothing is sent and the conversation is unchanged; the typed text is shown
+    back, ready to copy, since the message box has already been emptied."""
+    st.error(f"**Not sent.** {error} Attach a PNG, JPEG, WebP or GIF picture and send the message again.",
+             icon=":material/hide_image:")
+    text = submitted if isinstance(submitted, str) else getattr(submitted, "text", "") or ""
+    if text.strip():
+        st.caption("Your message, to copy:")
+        st.code(text.strip(), language=None, wrap_lines=True)
+
+
+def offer_text_only_answer(page: str, conversation: Conversation, client: Client | None) -> None:
+    """After a turn that failed on a message with pictures (a model that cannot see them refuses clearly), offer to
+    answer its text alone; the pictures stay in the conversation, and the prompt says they were there."""
+    last_user = conversation.last_user_index()
+    if last_user is None or not conversation.messages[last_user].images:
+        return
+    after = conversation.messages[last_user + 1:]
+    if not after or not all(m.role == "assistant" and m.error for m in after):
+        return
+    if client is not None and client.capabilities.vision:
+        return  # it can see: the failure was something else, which Regenerate retries
+    st.button("Answer the text only", icon=":material/hide_image:", key=f"text_only/{page}",
+              on_click=_answer_text_only, args=(page, conversation),
+              help="Send the message without its pictures; the model is told that pictures were attached.")
+
+
+def _answer_text_only(page: str, conversation: Conversation) -> None:
+    conversation.rewind_to_last_user()
+    state.request_turn(page, text_only=True)
 
 
 def answer_error(conversation: Conversation, reason: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 import streamlit as st
@@ -31,13 +32,23 @@ def conversation(page: str) -> Conversation:
     return per_page("conversation", page, Conversation)
 
 
-def request_turn(page: str) -> None:
+@dataclass(frozen=True)
+class TurnRequest:
+    """Answer the page's last user message on this run; `text_only`: without its pictures (the user chose that for
+    a model that cannot see them)."""
+
+    page: str
+    text_only: bool = False
+
+
+def request_turn(page: str, text_only: bool = False) -> None:
     """Ask the page to answer the conversation's last user message on this run (Regenerate, Resend)."""
-    st.session_state[_PENDING_TURN] = page
+    st.session_state[_PENDING_TURN] = TurnRequest(page, text_only)
 
 
-def pop_turn_request(page: str) -> bool:
-    if st.session_state.get(_PENDING_TURN) == page:
+def pop_turn_request(page: str) -> TurnRequest | None:
+    request = st.session_state.get(_PENDING_TURN)
+    if isinstance(request, TurnRequest) and request.page == page:
         del st.session_state[_PENDING_TURN]
-        return True
-    return False
+        return request
+    return None

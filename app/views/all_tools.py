@@ -6,9 +6,8 @@ from __future__ import annotations
 import streamlit as st
 
 from app.tools import load_tools, sandbox
-from app.tools.documents import UPLOAD_TYPES
 from app.ui import sidebar, state, tool_settings
-from app.ui.chat_view import answer_if_asked, render_history
+from app.ui.chat_view import ATTACHMENT_TYPES, answer_if_asked, render_history, show_model
 from app.ui.client_cache import load_client
 from app.ui.session_tools import session_tools
 
@@ -23,14 +22,18 @@ client = load_client(settings.model)
 tools = tool_settings.render(client, PAGE, load_tools().merged(tools_of_session.registry()))
 python_unavailable = tools_of_session.python_unavailable
 with sidebar.page_section():
+    sees = client is not None and client.capabilities.vision is not False
+    tool_images = st.toggle(
+        "Show plots to the model", key=f"{tool_settings.KEPT_PREFIX}{PAGE}.tool_images", disabled=not sees,
+        help="Give the pictures the tools make (plots, generated images) back to the model after their results, "
+             "so it can look at its own chart. Needs a model that can see images; each picture costs prompt tokens.")
     if not python_unavailable and st.button(
             "Restart Python kernel", key="restart_kernel", width="stretch",
             help="A fresh kernel: variables and the files it wrote are lost; uploaded files stay."):
         with st.spinner("Restarting the kernel..."):
             tools_of_session.kernel.restart()
         st.toast("The Python kernel was restarted.", icon=":material/restart_alt:")
-if client is not None:
-    st.caption(client.describe())
+show_model(client)
 if python_unavailable:
     st.warning(f"The Python tool is off. {python_unavailable}", icon=":material/shield:")
 with st.expander("What the tools can do, and what the Python sandbox does and does not promise"):
@@ -54,13 +57,15 @@ with st.expander("What the tools can do, and what the Python sandbox does and do
   "off: set `DEMO_IMAGE_API_URL`, `DEMO_IMAGE_API_KEY` and `DEMO_IMAGE_MODEL` (CogView or any OpenAI-compatible "
   "images API) to turn it on"}.
 - Attach PDF, Word, PowerPoint or text files (CSV, JSON, code...) to a message: their text goes to the model and
-  the files to the Python folder.
+  the files to the Python folder. Attach pictures (PNG, JPEG, WebP, GIF) to ask a vision model about them;
+  with **Show plots to the model** on, it also sees the charts its code draws.
 """
     )
 
 render_history(conversation, tools_of_session.browser.link_citations)
 
-submitted = st.chat_input("Ask, attach files, or ask for code and plots", submit_mode="stop", key="all_tools_input",
-                          accept_file="multiple", file_type=UPLOAD_TYPES)
+submitted = st.chat_input("Ask, attach pictures or files, or ask for code and plots", submit_mode="stop",
+                          key="all_tools_input", accept_file="multiple", file_type=ATTACHMENT_TYPES)
 answer_if_asked(PAGE, submitted, conversation, client, settings, tools,
-                on_upload=tools_of_session.save_upload, transform=tools_of_session.browser.link_citations)
+                on_upload=tools_of_session.save_upload, transform=tools_of_session.browser.link_citations,
+                tool_images=tool_images and sees)

@@ -5,8 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app.ui import sidebar, state
-from app.ui.chat_view import answer_if_asked, render_history
-from app.tools.documents import UPLOAD_TYPES
+from app.ui.chat_view import ATTACHMENT_TYPES, answer_if_asked, render_history, show_model
 from app.ui.client_cache import load_client
 
 PAGE = "chat"
@@ -16,11 +15,10 @@ conversation = state.conversation(PAGE)
 
 st.title("Chat")
 client = load_client(settings.model)
-if client is not None:
-    st.caption(client.describe())
+show_model(client)
 
 render_history(conversation)
 
-prompt = st.chat_input("Message the model (you can attach documents)", submit_mode="stop", key="chat_input",
-                       accept_file="multiple", file_type=UPLOAD_TYPES)
+prompt = st.chat_input("Message the model (you can attach pictures and documents)", submit_mode="stop",
+                       key="chat_input", accept_file="multiple", file_type=ATTACHMENT_TYPES)
 answer_if_asked(PAGE, prompt, conversation, client, settings)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app.ui import sidebar, state, tool_settings
-from app.ui.chat_view import answer_if_asked, render_history
+from app.ui.chat_view import answer_if_asked, render_history, show_model
 from app.ui.client_cache import load_client
 
 PAGE = "tools"
@@ -19,7 +19,7 @@ tools = tool_settings.render(client, PAGE)
 if client is not None:
     native = ("the model's chat template" if client.capabilities.native_tools
               else "a system prompt (the chat template knows no tools)")
-    st.caption(f"{client.describe()} · tools described through {native}")
+    show_model(client, f" · tools described through {native}")
 
 render_history(conversation)
 
