@@ -10,12 +10,13 @@ import threading
 import pytest
 from PIL import Image
 
-from app.agent import AnswerDone, TurnError, run_turn
+from app.agent import AnswerDone, ToolSettings, TurnError, run_turn
 from app.chat_format import ImagePolicy, process_input
 from app.clients.base import ClientError, GenerationParams
 from app.clients.vision import NO_VISION
 from app.conversation import Attachment, Conversation, Message
 from app.media import to_data_url
+from app.tools.registry import ToolOutput, ToolRegistry
 from tests.helpers import collect
 from tests.tiny_vlm import IMAGE_TOKEN, IMAGE_TOKENS_PER_IMAGE
 
@@ -282,3 +283,36 @@ def test_vllm_sees_the_picture_and_counts_its_tokens_like_transformers(vllm_vlm,
     assert deltas[-1].metrics.prompt_tokens == len(expected.token_ids)
     # Its engine expanded the one placeholder per image itself: the answer matches transformers' greedy one.
     assert text == collect(tiny_vlm_client, [image_message()], SHORT)[0]
+
+
+# ----- a tool's picture back to the model ---------------------------------------------------------------------------
+
+def _drawing_tools() -> ToolSettings:
+    def draw() -> ToolOutput:
+        """Draw a chart."""
+        return ToolOutput("Drew a chart.", [Attachment(kind="image", name="Figure 1", data=png("green"))])
+
+    registry = ToolRegistry()
+    registry.register(draw)
+    return ToolSettings(registry, choice="draw", max_rounds=2)
+
+
+def _answer_after_the_tool(client, images: ImagePolicy | None) -> Message:
+    conversation = Conversation([Message(role="user", content="Draw a chart and describe it.")])
+    events = list(run_turn(client, conversation, GenerationParams(temperature=0, max_new_tokens=300),
+                           tools=_drawing_tools(), images=images))
+    assert not [e for e in events if isinstance(e, TurnError)]
+    assert [m.role for m in conversation.messages] == ["user", "assistant", "tool", "assistant"]
+    return conversation.messages[-1]
+
+
+def test_a_vision_model_sees_the_picture_its_tool_made_only_when_asked(tiny_vlm_client):
+    without = _answer_after_the_tool(tiny_vlm_client, None)
+    with_plot = _answer_after_the_tool(tiny_vlm_client, ImagePolicy(tool_images=True))
+    # The second generation's prompt held the figure: its image tokens and the line that says where it is from.
+    assert with_plot.metrics.prompt_tokens > without.metrics.prompt_tokens + IMAGE_TOKENS_PER_IMAGE
+
+
+def test_a_tools_picture_is_never_a_reason_for_a_text_only_model_to_refuse(tiny_client):
+    answer = _answer_after_the_tool(tiny_client, ImagePolicy(tool_images=True))
+    assert answer.error is None
