@@ -29,6 +29,13 @@ class TextDelta:
 
 
 @dataclass
+class ThinkingDelta:
+    """More of a reasoning model's thought (shown apart from the answer, never fed back)."""
+
+    text: str
+
+
+@dataclass
 class Notice:
     text: str
 
@@ -76,7 +83,7 @@ class TurnDone:
     message: Message  # the last assistant message of the turn
 
 
-Event = (TextDelta | Notice | Waiting | ToolCallWriting | ToolCallStarted | ToolCallFinished | AnswerDone | TurnError
+Event = (TextDelta | ThinkingDelta | Notice | Waiting | ToolCallWriting | ToolCallStarted | ToolCallFinished | AnswerDone | TurnError
          | TurnDone)
 
 
@@ -140,6 +147,7 @@ def _generate(
     """One generation, streamed; returns the assistant message it appended."""
     answer = Message(role="assistant", metrics=AnswerMetrics())
     parts: list[str] = []
+    thought: list[str] = []
     writing = PartialCalls()  # the calls being written
     started = time.perf_counter()
     try:
@@ -149,6 +157,9 @@ def _generate(
                 answer.metrics = delta.metrics
                 if delta.notice:
                     yield Notice(delta.notice)
+                if delta.thinking:
+                    thought.append(delta.thinking)
+                    yield ThinkingDelta(delta.thinking)
                 if delta.text:
                     parts.append(delta.text)
                     yield TextDelta(delta.text)
@@ -172,6 +183,7 @@ def _generate(
         raise
     finally:
         answer.content = "".join(parts).strip()
+        answer.thinking = "".join(thought).strip()
         conversation.add(answer)
     yield AnswerDone(answer)
     return answer

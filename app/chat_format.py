@@ -27,6 +27,7 @@ from app.conversation import (
 from app.dialects import ConstrainedCall, Dialect, ParsedResponse, StreamParser
 from app.dialects.base import ForcedCallParser
 from app.json_limits import JSONLimitError, loads_bounded
+from app.thinking import ThinkingMarkers, ThinkingSplitter
 
 
 @dataclass(frozen=True)
@@ -122,25 +123,31 @@ def _belongs_in_prompt(message: Message) -> bool:
 
 @dataclass
 class ReplyPiece:
-    """What a chunk of model output adds to the reply: text to show and pieces of tool calls."""
+    """What a chunk of model output adds to the reply: text to show, its thought (reasoning models) and pieces of
+    tool calls."""
 
     text: str = ""
     call_fragments: list[CallFragment] = field(default_factory=list)
+    thinking: str = ""
 
 
 class ResponseProcessor:
     """Model output -> visible text and tool calls, chunk by chunk, the same for every backend.
 
-    Stop strings are cut first (never showing part of one), then the reply is split: by the dialect's parser on a
-    local backend (`parser`), or from the call deltas an OpenAI-compatible server sends (`native_tools`). Calls
-    stream as `CallFragment`s (name first, then argument text) and come whole from `finish`.
+    Stop strings are cut first (never showing part of one), then a reasoning model's thought is split off
+    (`thinking`; a server that parses thoughts itself sends them apart, as `thought` to `feed`), then the answer is
+    split: by the dialect's parser on a local backend (`parser`), or from the call deltas an OpenAI-compatible
+    server sends (`native_tools`). Calls stream as `CallFragment`s (name first, then argument text) and come whole
+    from `finish`.
     """
 
     def __init__(self, stop_strings: Sequence[str] = (), parser: StreamParser | None = None,
-                 native_tools: Sequence[dict[str, Any]] | None = None) -> None:
+                 native_tools: Sequence[dict[str, Any]] | None = None,
+                 thinking: ThinkingSplitter | None = None) -> None:
         self._stops = StopStringFilter(stop_strings)
         self._parser = parser
         self._native = NativeCalls(native_tools) if native_tools is not None else None
+        self._thinking = thinking
         self._shown: list[str] = []  # the text shown so far, when no parser keeps it
 
     @property
@@ -148,13 +155,29 @@ class ResponseProcessor:
         """A stop string ended the reply: the engine should stop too."""
         return self._stops.stopped
 
-    def feed(self, text: str, native_fragments: Sequence[CallFragment] = ()) -> ReplyPiece:
+    @property
+    def in_thought(self) -> bool:
+        """The reply is inside its thought now."""
+        return self._thinking is not None and self._thinking.thinking
+
+    def feed(self, text: str, native_fragments: Sequence[CallFragment] = (), thought: str = "") -> ReplyPiece:
         visible = self._stops.feed(text) if text else ""
-        return self._split(visible, native_fragments)
+        thinking = ""
+        if self._thinking is not None and visible:
+            thinking, visible = self._thinking.feed(visible)
+        piece = self._split(visible, native_fragments)
+        piece.thinking = thought + thinking
+        return piece
 
     def finish(self) -> tuple[ReplyPiece, ParsedResponse, str | None]:
         """The rest of the reply, the whole parse (content and calls) and a notice about calls that were unusable."""
-        piece = self._split(self._stops.flush(), ())
+        rest, thinking = self._stops.flush(), ""
+        if self._thinking is not None:
+            thinking, answer = self._thinking.feed(rest)
+            more_thinking, more_answer = self._thinking.finish()
+            thinking, rest = thinking + more_thinking, answer + more_answer
+        piece = self._split(rest, ())
+        piece.thinking = thinking
         if self._parser is not None:
             tail, parsed = self._parser.finish()
             piece.text += tail
@@ -177,16 +200,24 @@ class ResponseProcessor:
 
 
 def process_response(dialect: Dialect | None, tools: Sequence[dict[str, Any]], forced: Sequence[ConstrainedCall] = (),
-                     stop_strings: Sequence[str] = ()) -> ResponseProcessor:
+                     stop_strings: Sequence[str] = (), thinking: ThinkingMarkers | None = None,
+                     thinking_started: bool = False) -> ResponseProcessor:
     """The processor for one reply of a local backend: the dialect's parser for `tools`, or the grammar's exact
-    shape when a call is `forced`; without tools the whole reply is text."""
+    shape when a call is `forced`; without tools the whole reply is text. With `thinking` markers (a reasoning
+    model's template) a thought at the start of the reply is split off (already open when `thinking_started`); a
+    call the dialect begins inside an unclosed thought ends it, so the call still parses."""
     if forced:
         parser: StreamParser | None = ForcedCallParser(forced)
     elif dialect is not None and tools:
         parser = dialect.stream_parser([tool["function"]["name"] for tool in tools])
     else:
         parser = None
-    return ResponseProcessor(stop_strings, parser)
+    splitter = None
+    if thinking is not None and not forced:  # a forced call's grammar leaves no room for a thought
+        # Only distinctive call openings (a tag, a JSON object); GLM-4's bare "name\n" could be any line of thought.
+        exits = [dialect.json_call(tool).prefix for tool in tools] if dialect is not None else []
+        splitter = ThinkingSplitter(thinking, thinking_started, [exit for exit in exits if exit[:1] in "<{["])
+    return ResponseProcessor(stop_strings, parser, thinking=splitter)
 
 
 class NativeCalls:

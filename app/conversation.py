@@ -124,6 +124,8 @@ class AnswerMetrics:
     total_time_s: float = 0.0
     finish_reason: FinishReason | None = None
     dropped_messages: int = 0
+    thinking_tokens: int = 0  # of completion_tokens, those of a reasoning model's thought
+    thinking_time_s: float | None = None  # from the request until the thought ended
 
     def record_timing(self, started: float, first_token: float | None, last_token: float | None) -> None:
         """Total time since `started` and decode speed between the first and the last token (perf_counter)."""
@@ -169,6 +171,7 @@ class Message:
     duration_s: float | None = None  # tool messages: how long the call ran
     attachments: list[Attachment] = field(default_factory=list)
     display_text: str | None = None  # tool messages: the full output when the model reads a shortened one
+    thinking: str = ""  # assistant: a reasoning model's thought; shown and kept, never sent back to a model
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -227,6 +230,8 @@ class Message:
             tool_call_id=_optional_text(data, "tool_call_id"),
             name=_optional_text(data, "name"),
             attachments=images,
+            # Kept, as a reply's thought is, but never sent to a model again (vLLM names it either way).
+            thinking=_optional_text(data, "reasoning_content") or _optional_text(data, "reasoning") or "",
         )
 
 

@@ -177,6 +177,8 @@ class ChatRequest(BaseModel):
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
     logprobs: bool = False
+    # vLLM's extension: keyword arguments for the chat template. The one a front end sends is enable_thinking.
+    chat_template_kwargs: dict[str, Any] | None = None
 
 
 def check_size(request: ChatRequest, max_messages: int, max_chars: int) -> None:
@@ -217,6 +219,10 @@ def check_supported(request: ChatRequest) -> None:
     unknown = sorted(set(request.model_extra or {}) - _HARMLESS_FIELDS)
     if unknown:
         raise APIError(400, f"Unsupported field(s): {', '.join(unknown)}.", param=unknown[0])
+    template_kwargs = request.chat_template_kwargs or {}
+    if set(template_kwargs) - {"enable_thinking"} or not isinstance(template_kwargs.get("enable_thinking", True), bool):
+        raise APIError(400, "chat_template_kwargs takes only enable_thinking (true or false) here.",
+                       param="chat_template_kwargs")
 
 
 def generation_params(request: ChatRequest, defaults: GenerationDefaults, default_max_tokens: int) -> GenerationParams:
@@ -231,6 +237,7 @@ def generation_params(request: ChatRequest, defaults: GenerationDefaults, defaul
             max_new_tokens=request.max_completion_tokens or request.max_tokens or default_max_tokens,
             stop=stop,
             seed=request.seed,
+            thinking=(request.chat_template_kwargs or {}).get("enable_thinking"),
         )
     except ValueError as exc:
         raise APIError(400, str(exc)) from exc

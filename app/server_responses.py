@@ -36,12 +36,14 @@ class Reply:
     id: str = field(default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex}")
     created: int = field(default_factory=lambda: int(time.time()))
     text: list[str] = field(default_factory=list)
+    thinking: list[str] = field(default_factory=list)
     calls: PartialCalls = field(default_factory=PartialCalls)  # as far as their fragments got
     last: Delta | None = None
 
     def add(self, delta: Delta) -> None:
         self.last = delta
         self.text.append(delta.text)
+        self.thinking.append(delta.thinking)
         for fragment in delta.call_fragments:
             self.calls.add(fragment)
 
@@ -61,9 +63,11 @@ class Reply:
             name=call.name, arguments=json.dumps(call.arguments, ensure_ascii=False))) for call in finished] or [
             ChatCompletionMessageFunctionToolCall(id=partial.id, type="function", function=Function(
                 name=partial.name, arguments=partial.arguments)) for partial in self.calls]
-        text = "".join(self.text)
+        text, thought = "".join(self.text), "".join(self.thinking).strip()
         message = ChatCompletionMessage(role="assistant", content=text or (None if calls else ""),
                                         tool_calls=calls or None)
+        if thought:  # a reasoning model's thought, where vLLM's server puts it (an extra field of the message)
+            message.reasoning_content = thought  # type: ignore[attr-defined]
         return ChatCompletion(id=self.id, object="chat.completion", created=self.created, model=self.model,
                               choices=[Choice(index=0, message=message, finish_reason=finish_reason(self.last),
                                               logprobs=None)],
@@ -77,8 +81,10 @@ class Reply:
                                    model=self.model, choices=choices, usage=usage)
 
     def chunks(self, delta: Delta) -> list[ChatCompletionChunk]:
-        """What one core delta adds to the stream: its text, then its tool-call pieces."""
+        """What one core delta adds to the stream: its thought, its text, then its tool-call pieces."""
         out = []
+        if delta.thinking:
+            out.append(self.chunk(ChoiceDelta(reasoning_content=delta.thinking)))  # type: ignore[call-arg]
         if delta.text:
             out.append(self.chunk(ChoiceDelta(content=delta.text)))
         if delta.call_fragments:

@@ -59,6 +59,18 @@ LLAMA3_TEMPLATE = (
     "{%- else %}{{ m.content }}<|eot_id|>{%- endif %}{%- endfor %}"
     "{%- if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{%- endif %}"
 )
+# Reasoning models. Qwen3 style: the thought is on unless enable_thinking=false, which closes an empty one in the
+# generation prompt. DeepSeek-R1 style: the generation prompt opens the thought for the model.
+_ASSISTANT_TURN = "{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}"
+QWEN3_TEMPLATE = CHAT_TEMPLATE.replace(_ASSISTANT_TURN, (
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}"
+    "{% endif %}"))
+R1_TEMPLATE = CHAT_TEMPLATE.replace(_ASSISTANT_TURN,
+                                    "{%- if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}")
+assert QWEN3_TEMPLATE != CHAT_TEMPLATE != R1_TEMPLATE
+THINK_TAGS = ["<think>", "</think>"]  # added but not special, as in Qwen3: decoded text keeps them
+
 FAMILY_SPECIALS = {
     "glm4": ["<|system|>", "<|user|>", "<|assistant|>", "<|observation|>", "[gMASK]", "<sop>"],
     "llama3": ["<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|eom_id|>", "<|python_tag|>"],
@@ -66,7 +78,8 @@ FAMILY_SPECIALS = {
 
 
 def build_tiny_model(folder: Path, seed: int = 0, family: str = "qwen") -> Path:
-    """A tiny model whose tokenizer and chat template follow `family`: "qwen" (Hermes), "glm4" or "llama3"."""
+    """A tiny model whose tokenizer and chat template follow `family`: "qwen" (Hermes), "glm4", "llama3", or the
+    reasoning families "qwen3" (a thought, switched by enable_thinking) and "r1" (the prompt opens the thought)."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
@@ -85,8 +98,9 @@ def build_tiny_model(folder: Path, seed: int = 0, family: str = "qwen") -> Path:
         tokenizer_object=backend, eos_token=eos, pad_token="<|endoftext|>", model_max_length=4096,
         additional_special_tokens=FAMILY_SPECIALS.get(family, []),
     )
-    tokenizer.add_tokens(TOOL_TAGS)
-    tokenizer.chat_template = {"glm4": GLM4_TEMPLATE, "llama3": LLAMA3_TEMPLATE}.get(family, CHAT_TEMPLATE)
+    tokenizer.add_tokens(TOOL_TAGS + (THINK_TAGS if family in ("qwen3", "r1") else []))
+    tokenizer.chat_template = {"glm4": GLM4_TEMPLATE, "llama3": LLAMA3_TEMPLATE, "qwen3": QWEN3_TEMPLATE,
+                               "r1": R1_TEMPLATE}.get(family, CHAT_TEMPLATE)
     tokenizer.save_pretrained(folder)
 
     torch.manual_seed(seed)
@@ -108,5 +122,44 @@ def build_tiny_model(folder: Path, seed: int = 0, family: str = "qwen") -> Path:
     # Random weights would end answers at random; suppressing the special tokens makes lengths predictable.
     # (Natural end-of-turn stops are tested on the real SmolLM2.)
     model.generation_config.suppress_tokens = [tokenizer.convert_tokens_to_ids(t) for t in specials]
+    model.save_pretrained(folder, safe_serialization=True)
+    return folder
+
+
+def build_scripted_model(folder: Path, pieces: list[str], family: str = "qwen3") -> Path:
+    """A tiny model that answers every question with the text `pieces` joined, one piece per token (at any usual
+    temperature): a real Qwen2 network whose layers add nothing, so each position's output depends on the current
+    token alone, and whose output layer maps each piece to the next (a chain from the end of the generation prompt
+    to <|im_end|>); the pieces become tokens of the vocabulary. For tests and screenshots that need known output
+    (say a thought, then an answer) through the real tokenizer, chat template, generate() and streaming."""
+    import torch
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+
+    if len(set(pieces)) != len(pieces):
+        raise ValueError("each piece may appear once: the next token depends on the current one alone")
+    build_tiny_model(folder, family=family)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer.add_tokens([piece for piece in pieces if piece not in tokenizer.get_vocab()])
+    tokenizer.save_pretrained(folder)
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True,
+                                           tokenize=False)
+    chain = [tokenizer(prompt, add_special_tokens=False)["input_ids"][-1],
+             *(tokenizer.convert_tokens_to_ids(piece) for piece in pieces), tokenizer.convert_tokens_to_ids("<|im_end|>")]
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, head_dim=32, max_position_embeddings=4096,
+                         tie_word_embeddings=False, eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+                         pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(config)
+    with torch.no_grad():
+        for layer in model.model.layers:  # no attention or MLP output: the residual stream is the token's embedding
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        embeddings = torch.nn.functional.normalize(torch.randn(len(tokenizer), 64), dim=-1)
+        model.model.embed_tokens.weight.copy_(embeddings)
+        model.lm_head.weight.zero_()
+        for current, successor in zip(chain, chain[1:]):  # a large logit for the successor of each token
+            model.lm_head.weight[successor] += 40 * embeddings[current] / 8  # RMSNorm scales unit vectors by 8
+    model.generation_config.do_sample, model.generation_config.temperature = True, 0.6  # as reasoning models use
     model.save_pretrained(folder, safe_serialization=True)
     return folder

@@ -29,6 +29,7 @@ class GenerationParams:
     stop: tuple[str, ...] = ()
     seed: int | None = None
     ignore_eos: bool = False  # benchmarks only: generate exactly max_new_tokens
+    thinking: bool | None = None  # a reasoning model's thought on/off where its template has the switch; None: default
 
     def __post_init__(self) -> None:
         problems = []
@@ -129,6 +130,8 @@ class Capabilities:
     context_window: int | None  # prompt + answer tokens; None when the backend does not say
     vision: bool | None = False  # sees images in user messages; None: unknown (a remote server decides)
     max_images: int | None = None  # the most images one prompt may show it; None: no limit of ours
+    thinking: bool = False  # a reasoning model: its replies may open with a thought (<think>...</think>)
+    thinking_switch: bool = False  # its template turns the thought on and off (GenerationParams.thinking)
     structured_output: bool = True  # honours ResponseFormat (and forced tool calls) with constrained decoding
 
 
@@ -148,13 +151,14 @@ class Delta:
     text: str = ""
     notice: str | None = None
     finish_reason: str | None = None
+    thinking: str = ""  # a reasoning model's thought (never part of `text`)
     metrics: AnswerMetrics = field(default_factory=AnswerMetrics)
     call_fragments: list[CallFragment] = field(default_factory=list)
     tool_calls: list[ToolCall] = field(default_factory=list)  # on the last delta: the calls the reply made
 
     @property
     def is_heartbeat(self) -> bool:
-        return not (self.text or self.notice or self.call_fragments or self.finish_reason)
+        return not (self.text or self.notice or self.call_fragments or self.finish_reason or self.thinking)
 
 
 class Client(Protocol):

@@ -19,6 +19,7 @@ from app.chat_format import PromptTooLong, ResponseProcessor, fit_to_context, pr
 from app.clients.base import Capabilities, ClientError, Delta, GenerationParams, ResponseFormat, ToolRequest
 from app.clients.streaming import EngineRequest, stream_engine
 from app.clients.vision import NO_VISION, PromptImages, has_images
+from app.thinking import THINK_TAGS
 from app.conversation import AnswerMetrics
 from app.dialects import ConstrainedCall, Dialect, detect_dialect, get_dialect
 from app.dialects.constraint import call_ebnf, reply_ebnf
@@ -41,6 +42,7 @@ class Encoded:
 
     token_ids: list[int]  # what the model reads: each image placeholder expanded to that image's tokens
     template_token_ids: list[int]  # the template's text as tokens, one placeholder per image (vLLM expands them)
+    text: str = ""  # the template's text
     images: list[Any] = field(default_factory=list)  # PIL images, in prompt order
     image_inputs: dict[str, Any] = field(default_factory=dict)  # the processor's tensors (pixel_values...)
 
@@ -73,6 +75,11 @@ class ChatTemplate:
         if self.uses_fallback_template:
             tokenizer.chat_template = FALLBACK_CHAT_TEMPLATE
         self.context_window = context_window
+        source = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else ""
+        # A reasoning model's template knows its thought markers; one with a switch takes enable_thinking (Qwen3,
+        # SmolLM3 and others read that name).
+        self.thinking_markers = THINK_TAGS if THINK_TAGS.open in source or THINK_TAGS.close in source else None
+        self.thinking_switch = "enable_thinking" in source
         self.dialect = detect_dialect(tokenizer.chat_template)
         self.native_tools = self._renders_tools(self.dialect)
         self.tool_role = self._accepts_tool_role()
@@ -153,9 +160,11 @@ class ChatTemplate:
         return self.dialect
 
     def render(self, messages: list[dict[str, Any]], tools: ToolRequest | None = None,
-               images: PromptImages | None = None) -> Encoded:
+               images: PromptImages | None = None, thinking: bool | None = None) -> Encoded:
         """The prompt: the dialect puts tools, past calls and results where this model expects them; the processor
-        turns the pictures into the model's image tokens and tensors (`images` decodes them, once per prompt)."""
+        turns the pictures into the model's image tokens and tensors (`images` decodes them, once per prompt).
+        `thinking` turns a reasoning model's thought on or off where its template has the switch (None: the
+        template's default)."""
         prompt = self.dialect_for(tools).render(
             messages, tools.active_tools if tools else None, self.native_tools, self.tool_role
         )
@@ -164,14 +173,15 @@ class ChatTemplate:
         if self.vision:
             images = images or PromptImages(self.processor)
             template_messages, pictures = images.template_messages(prompt.messages)
+        switch = {"enable_thinking": thinking} if self.thinking_switch and thinking is not None else {}
         text = self.tokenizer.apply_chat_template(template_messages, tools=prompt.tools, add_generation_prompt=True,
-                                                  tokenize=False)
+                                                  tokenize=False, **switch)
         template_ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
         if not pictures:
-            return Encoded(template_ids, template_ids)
+            return Encoded(template_ids, template_ids, text)
         assert images is not None
         token_ids, tensors = images.encode(text, pictures)
-        return Encoded(token_ids, template_ids, pictures, tensors)
+        return Encoded(token_ids, template_ids, text, pictures, tensors)
 
     def prepare(
         self,
@@ -207,11 +217,16 @@ class ChatTemplate:
             dropped_messages=dropped,
             notice=notice,
             processor=process_response(dialect, active_tools, forced,
-                                       (*params.stop, *text_stops) if active_tools else params.stop),
+                                       (*params.stop, *text_stops) if active_tools else params.stop,
+                                       self.thinking_markers, self._opens_thought(encoded.text)),
             grammar=_grammar(forced, dialect, active_tools, response_format),
             params=params,
             encoded=encoded,
         )
+
+    def _opens_thought(self, prompt: str) -> bool:
+        """The generation prompt ends inside a thought (DeepSeek-R1's and QwQ's templates open it for the model)."""
+        return self.thinking_markers is not None and prompt.rstrip().endswith(self.thinking_markers.open)
 
     def _fit(self, messages: list[dict[str, Any]], params: GenerationParams,
              tools: ToolRequest | None) -> tuple[Encoded, int]:
@@ -224,7 +239,7 @@ class ChatTemplate:
         images = PromptImages(self.processor) if self.vision else None
 
         def count(candidate: list[dict[str, Any]]) -> int:
-            encoded = self.render(candidate, tools, images)
+            encoded = self.render(candidate, tools, images, params.thinking)
             if len(encoded.token_ids) <= budget:
                 fitting[len(candidate)] = encoded
             return len(encoded.token_ids)
@@ -278,7 +293,8 @@ class LocalTemplateClient(ABC):
     def capabilities(self) -> Capabilities:
         return Capabilities(model_id=self.model_path.name, native_tools=self.template.native_tools,
                             dialect=self.template.dialect.name, context_window=self.template.context_window,
-                            vision=self.template.vision,
+                            vision=self.template.vision, thinking=self.template.thinking_markers is not None,
+                            thinking_switch=self.template.thinking_switch,
                             max_images=ImageSettings.from_env().max_per_prompt if self.template.vision else None)
 
     @property

@@ -24,6 +24,7 @@ from app.clients.streaming import EngineFeed, EngineOutput, stream_engine
 from app.config import ModelSettings
 from app.conversation import AnswerMetrics, CallFragment
 from app.generation_defaults import generation_defaults
+from app.thinking import THINK_TAGS, ThinkingSplitter
 
 
 def _friendly(exc: Exception, base_url: str, model: str) -> ClientError:
@@ -116,6 +117,8 @@ class OpenAIClient:
                 extra["top_k"] = params.top_k
             if params.ignore_eos:
                 extra["ignore_eos"] = True
+            if params.thinking is not None:  # vLLM's (and our server's) way to pass the template's switch
+                extra["chat_template_kwargs"] = {"enable_thinking": params.thinking}
             request["extra_body"] = extra
         if tools is not None and tools.tools:
             request["tools"] = list(tools.tools)
@@ -136,8 +139,10 @@ class OpenAIClient:
     ) -> Iterator[Delta]:
         started = time.perf_counter()
         request = self._request(messages, params, tools, response_format)
-        # The server cuts stop strings and parses calls; the processor puts the streamed calls together.
-        processor = ResponseProcessor(native_tools=list(tools.tools) if tools else [])
+        # The server cuts stop strings and parses calls; the processor puts the streamed calls together. A server
+        # that sends thoughts apart (reasoning_content) needs no splitting; one that leaves <think> in the text does.
+        processor = ResponseProcessor(native_tools=list(tools.tools) if tools else [],
+                                      thinking=ThinkingSplitter(THINK_TAGS))
         yield from stream_engine(_HTTPStream(self.sdk, request), processor, cancel, AnswerMetrics(),
                                  lambda exc: _friendly(exc, self.base_url, self.model), started)
 
@@ -183,6 +188,8 @@ def _engine_output(chunk: ChatCompletionChunk) -> EngineOutput:
         output.usage = (chunk.usage.prompt_tokens or 0, chunk.usage.completion_tokens or 0)
     for choice in chunk.choices:
         output.text += choice.delta.content or ""
+        extra = choice.delta.model_extra or {}  # vLLM's servers name the thought either way, by version
+        output.thinking += extra.get("reasoning_content") or extra.get("reasoning") or ""
         for call in choice.delta.tool_calls or []:
             function = call.function
             output.call_fragments.append(CallFragment(

@@ -36,6 +36,7 @@ class EngineOutput:
     finish_reason: str | None = None  # on the last output: the engine's reason, "stop" or "length"
     usage: tuple[int, int] | None = None  # (prompt, completion) tokens, from engines that report totals
     notice: str | None = None  # something the user should know now (e.g. queued behind another session)
+    thinking: str = ""  # a reasoning model's thought, from servers that send it apart (reasoning_content)
 
 
 class EngineFeed:
@@ -129,6 +130,7 @@ class _Reply:
     def absorb(self, items: list[object], feed: EngineFeed) -> Delta | None:
         """Outputs that arrived together, as one delta (None when they add nothing to show)."""
         text: list[str] = []
+        thinking: list[str] = []
         fragments: list[CallFragment] = []
         notices: list[str] = []
         for item in items:
@@ -139,16 +141,27 @@ class _Reply:
             self._count(item)
             if item.notice:
                 notices.append(item.notice)
-            piece = self.processor.feed(item.text, item.call_fragments)
+            was_in_thought = self.processor.in_thought
+            piece = self.processor.feed(item.text, item.call_fragments, item.thinking)
             text.append(piece.text)
+            thinking.append(piece.thinking)
             fragments.extend(piece.call_fragments)
-        joined = "".join(text)
-        if not (joined or fragments or notices):
+            if (piece.thinking or was_in_thought or self.processor.in_thought) and not piece.text:
+                self._count_thought(item)  # its markers included: they are tokens of the thought too
+        joined, thought = "".join(text), "".join(thinking)
+        if not (joined or thought or fragments or notices):
             return None
-        return Delta(text=joined, notice=" ".join(notices) or None, metrics=self.metrics, call_fragments=fragments)
+        return Delta(text=joined, notice=" ".join(notices) or None, metrics=self.metrics, call_fragments=fragments,
+                     thinking=thought)
+
+    def _count_thought(self, output: EngineOutput) -> None:
+        """Tokens of the thought and how long it took. A server that sends thoughts apart says no token counts per
+        chunk: one chunk is one token there (vLLM streams them so)."""
+        self.metrics.thinking_tokens += output.tokens or 1
+        self.metrics.thinking_time_s = time.perf_counter() - self.started
 
     def _count(self, output: EngineOutput) -> None:
-        if output.text or output.tokens or output.call_fragments:
+        if output.text or output.tokens or output.call_fragments or output.thinking:
             now = time.perf_counter()
             self.first, self.last = self.first or now, now
             if self.metrics.time_to_first_token_s is None:
@@ -171,8 +184,9 @@ class _Reply:
     def last_deltas(self) -> Iterator[Delta]:
         """The rest of the text and call pieces, then the finish reason with the calls."""
         tail, parsed, notice = self.processor.finish()
-        if tail.text or tail.call_fragments or notice:
-            yield Delta(text=tail.text, notice=notice, metrics=self.metrics, call_fragments=tail.call_fragments)
+        if tail.text or tail.call_fragments or notice or tail.thinking:
+            yield Delta(text=tail.text, notice=notice, metrics=self.metrics, call_fragments=tail.call_fragments,
+                        thinking=tail.thinking)
         if self.cancelled:
             self.metrics.finish_reason = "cancelled"
         elif parsed.tool_calls:

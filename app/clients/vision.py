@@ -16,8 +16,8 @@ from app.media import ImageError, fit_within, from_data_url, open_rgb
 
 VISION_MODEL_EXAMPLES = ("SmolVLM-256M-Instruct or SmolVLM-500M-Instruct on a CPU; Qwen2.5-VL-7B-Instruct or "
                          "Gemma 3 with vLLM on a GPU")
-NO_VISION = (f"This model cannot see images. Load a vision-language model to ask about pictures ({VISION_MODEL_EXAMPLES}), "
-             "or answer the text only.")
+NO_VISION = ("This model cannot see images. Load a vision-language model to ask about pictures "
+             f"({VISION_MODEL_EXAMPLES}), or answer the text only.")
 _AREA_LIMIT = 8192  # a processor "longest_edge" above this is a pixel count (Qwen2-VL's max_pixels), not a side
 
 

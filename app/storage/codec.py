@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from app.conversation import Message
+from app.media import ImageError, sniff_mime
 from app.storage.schema import MessageRecord
 
 TITLE_FROM_MESSAGE_CHARS = 80
@@ -61,12 +62,12 @@ def title_from(message: Message) -> str:
 # ----- Markdown export ------------------------------------------------------------------------------------------
 
 _HEADINGS = {"system": "System", "user": "User", "assistant": "Assistant", "tool": "Tool result"}
-_IMAGE_SIGNATURES = ((b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"), (b"GIF8", "image/gif"))
 
 
 def conversation_to_markdown(title: str, messages: Iterable[Message]) -> str:
     """A readable export: a heading per message, tool calls as fenced JSON, tool output fenced, images inline as
-    data URIs, documents' text fenced, answer metrics and errors under the answer."""
+    data URIs, documents' text fenced, a reasoning model's thought fenced above its answer, answer metrics and errors
+    under the answer."""
     blocks = [f"# {_escape_line(title) or 'Conversation'}"]
     for message in messages:
         blocks.extend(_message_blocks(message))
@@ -80,6 +81,10 @@ def _message_blocks(message: Message) -> list[str]:
                                      f"{message.duration_s:.2f} s" if message.duration_s is not None else None) if part]
         heading += f" ({', '.join(_escape_line(part) for part in details)})" if details else ""
     blocks = [f"## {heading}"]
+    if message.thinking:
+        counted = message.metrics.thinking_tokens if message.metrics else 0
+        tokens = f" ({counted} tokens)" if counted else ""
+        blocks.append(f"**Thought**{tokens}\n\n" + _fenced(message.thinking, "text"))
     if message.role == "tool":
         output = message.display_text if message.display_text is not None else message.content
         if output:
@@ -118,9 +123,7 @@ def _escape_line(text: str) -> str:
 
 
 def _image_type(data: bytes) -> str:
-    for signature, mime in _IMAGE_SIGNATURES:
-        if data.startswith(signature):
-            return mime
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "image/webp"
-    return "application/octet-stream"
+    try:
+        return sniff_mime(data)
+    except ImageError:  # bytes of an older or imported record that are no picture we know
+        return "application/octet-stream"

@@ -10,10 +10,11 @@ A message record is a JSON object; fields at their default are left out when wri
      "metrics": {"prompt_tokens": int, "completion_tokens": int, "time_to_first_token_s": float | null,
                  "tokens_per_second": float | null, "total_time_s": float,
                  "finish_reason": "stop" | "length" | "cancelled" | "tool_calls" | "error" | null,
-                 "dropped_messages": int},
+                 "dropped_messages": int, "thinking_tokens": int, "thinking_time_s": float | null},
      "error": str, "tool_status": "ok" | "failed" | "stopped", "duration_s": float, "display_text": str,
      "attachments": [{"kind": "image" | "document", "name": str, "note": str, "text": str,
-                      "data": standard base64 of the bytes}]}
+                      "data": standard base64 of the bytes}],
+     "thinking": str}                                        # a reasoning model's thought
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ class MetricsRecord(Record):
     total_time_s: float = 0.0
     finish_reason: Literal["stop", "length", "cancelled", "tool_calls", "error"] | None = None
     dropped_messages: int = 0
+    thinking_tokens: int = 0
+    thinking_time_s: float | None = None
 
 
 class AttachmentRecord(Record):
@@ -83,6 +86,7 @@ class MessageRecord(Record):
     duration_s: float | None = None
     display_text: str | None = None
     attachments: list[AttachmentRecord] = Field(default_factory=list)
+    thinking: str = ""
 
     @classmethod
     def of(cls, message: Message) -> MessageRecord:

@@ -14,6 +14,7 @@ from app.agent import (
     AnswerDone,
     Notice,
     TextDelta,
+    ThinkingDelta,
     ToolCallFinished,
     ToolCallStarted,
     ToolCallWriting,
@@ -35,6 +36,7 @@ from app.ui.sidebar import SidebarState, page_section
 ATTACHMENT_TYPES = [*IMAGE_TYPES, *UPLOAD_TYPES]  # what a page's message box accepts: pictures and documents
 
 _FLUSH_EVERY_S = 0.05  # re-render the growing answer at most 20 times a second
+_THOUGHT_ICON = ":material/psychology:"
 
 
 _VISION_LABELS = {
@@ -94,6 +96,9 @@ def render_message(message: Message) -> None:
 def _render_answer(
     message: Message, results: dict[str | None, Message], transform: Callable[[str], str] | None = None
 ) -> None:
+    if message.thinking:
+        with st.expander(thought_label(message), icon=_THOUGHT_ICON):
+            st.markdown(message.thinking)
     if message.content:
         st.markdown(transform(message.content) if transform and message.role == "assistant" else message.content)
     for document in (a for a in message.attachments if a.kind == "document"):
@@ -154,6 +159,15 @@ def _images(message: Message | None) -> None:
             st.image(attachment.data, caption=attachment.name or None)
 
 
+def thought_label(message: Message) -> str:
+    """"Thought for 3.2 s · 120 tokens": the collapsed thinking section's title."""
+    metrics = message.metrics
+    parts = [f"Thought for {metrics.thinking_time_s:.1f} s" if metrics and metrics.thinking_time_s else "Thought"]
+    if metrics and metrics.thinking_tokens:
+        parts.append(f"{metrics.thinking_tokens} tokens")
+    return " · ".join(parts)
+
+
 def _metrics_caption(message: Message) -> None:
     assert message.metrics is not None
     summary = message.metrics.summary()
@@ -206,6 +220,8 @@ def stream_turn(
     """
     with st.chat_message("assistant"):
         notices = st.container()
+        thought_slot = st.empty()  # a reasoning model's thought, above the answer it leads to
+        thought: _Thought | None = None
         body = st.empty()
         text = ""
         last_flush = 0.0
@@ -216,7 +232,12 @@ def stream_turn(
         events = run_turn(client, conversation, sidebar.params, sidebar.system_prompt, tools=tools, images=images)
         with closing(events):
             for event in events:
-                if isinstance(event, TextDelta):
+                if isinstance(event, ThinkingDelta):
+                    thought = thought or _Thought(thought_slot)
+                    thought.add(event.text)
+                elif isinstance(event, TextDelta):
+                    if thought is not None:
+                        thought.answer_started()
                     text += event.text
                     now = time.monotonic()
                     if now - last_flush >= _FLUSH_EVERY_S:
@@ -239,6 +260,9 @@ def stream_turn(
                     notices.caption(event.text)
                 elif isinstance(event, AnswerDone):
                     persistence.save(page, conversation)  # each answer is stored as soon as it is complete
+                    if thought is not None:
+                        thought.done(event.message)
+                        thought = None
                     writing.empty()
                     writing_call = False
                     content = event.message.content or ""
@@ -260,12 +284,45 @@ def stream_turn(
                                 expanded=False)
                     _images(event.message)
                     card = None
-                    body = st.empty()  # the next answer goes below the card
+                    thought_slot = st.empty()  # the next answer (and its thought) goes below the card
+                    body = st.empty()
                     writing = st.empty()
                 elif isinstance(event, TurnError):
                     st.error(event.message, icon=":material/error:")
                 elif isinstance(event, TurnDone):
                     pass
+
+
+class _Thought:
+    """A thought as it streams: a collapsed section whose title counts the seconds, updated at most 20 times a
+    second; once the answer is done, the same section as the history shows it."""
+
+    def __init__(self, slot: Any) -> None:
+        self.started = time.monotonic()
+        self.slot = slot
+        self.status = slot.status("Thinking...", state="running", expanded=False)
+        with self.status:
+            self.body = st.empty()
+        self.text = ""
+        self.last_flush = 0.0
+        self.thinking = True
+
+    def add(self, text: str) -> None:
+        self.text += text
+        if time.monotonic() - self.last_flush >= _FLUSH_EVERY_S:
+            self.body.markdown(self.text)
+            self.status.update(label=f"Thinking... {time.monotonic() - self.started:.0f} s")
+            self.last_flush = time.monotonic()
+
+    def answer_started(self) -> None:
+        if self.thinking:
+            self.thinking = False
+            self.body.markdown(self.text)
+            self.status.update(label=f"Thought for {time.monotonic() - self.started:.1f} s", state="complete")
+
+    def done(self, message: Message) -> None:
+        with self.slot.expander(thought_label(message), icon=_THOUGHT_ICON):
+            st.markdown(message.thinking or self.text)
 
 
 def answer_if_asked(

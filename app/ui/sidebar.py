@@ -64,6 +64,10 @@ def render(page: str, conversation: Conversation) -> SidebarState:
         seed = st.number_input("Seed", min_value=0, max_value=2**32 - 1, value=None, step=1, key="seed",
                                placeholder="random", help="The same seed, settings and prompt give the same "
                                "answer again (on the same machine and backend). Empty: a new draw each time.")
+        thinking = st.segmented_control(
+            "Thinking", list(_THINKING), default="Model default", key="thinking",
+            help="For reasoning models whose chat template has a thinking switch (Qwen3, SmolLM3...): think before "
+                 "answering, or answer at once. Model default: whatever the template does. Other models ignore it.")
 
         st.subheader("Conversation")
         left, right = st.columns(2)
@@ -76,13 +80,14 @@ def render(page: str, conversation: Conversation) -> SidebarState:
     result = SidebarState(
         model=model,
         params=GenerationParams(**sampling, max_new_tokens=int(max_new_tokens),
-                                seed=None if seed is None else int(seed)),
+                                seed=None if seed is None else int(seed), thinking=_THINKING.get(thinking or "")),
         system_prompt=system_prompt,
     )
     st.session_state[_STATE_KEY] = result
     return result
 
 
+_THINKING = {"Model default": None, "On": True, "Off": False}
 _DEVICES = ["auto", "cpu", "cuda", "mps"]
 _DTYPES = ["auto", "float32", "bfloat16", "float16"]
 
