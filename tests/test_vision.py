@@ -316,3 +316,18 @@ def test_a_vision_model_sees_the_picture_its_tool_made_only_when_asked(tiny_vlm_
 def test_a_tools_picture_is_never_a_reason_for_a_text_only_model_to_refuse(tiny_client):
     answer = _answer_after_the_tool(tiny_client, ImagePolicy(tool_images=True))
     assert answer.error is None
+
+
+def test_pictures_are_scaled_to_what_the_image_processor_works_at_before_it_sees_them(tiny_vlm_client):
+    from types import SimpleNamespace
+
+    from app.clients.vision import within_processor_limits
+
+    wide = Image.new("RGB", (2000, 1000), "red")
+    assert within_processor_limits(wide, tiny_vlm_client.template.processor).size == (32, 16)  # longest_edge 32
+    # Qwen2-VL's processors give a pixel budget ("longest_edge" 1003520 = 28*28*1280 pixels), not a side.
+    qwen_like = SimpleNamespace(image_processor=SimpleNamespace(size={"shortest_edge": 3136, "longest_edge": 1003520}))
+    scaled = within_processor_limits(Image.new("RGB", (4000, 2000), "red"), qwen_like)
+    assert scaled.width * scaled.height <= 1003520 and abs(scaled.width / scaled.height - 2) < 0.01
+    small = Image.new("RGB", (300, 200), "red")
+    assert within_processor_limits(small, qwen_like).size == (300, 200)
