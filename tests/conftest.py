@@ -21,7 +21,7 @@ from tests.tiny_vlm import build_tiny_vlm  # noqa: E402
 
 # ----- what runs where: vLLM tests are marked, and CI lets nothing else skip -----------------------------------
 
-VLLM_FIXTURES = {"vllm_tiny", "vllm_smol", "vllm_server", "vllm_vlm"}
+VLLM_FIXTURES = {"vllm_tiny", "vllm_smol", "vllm_server", "vllm_vlm", "vllm_thinker"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -186,6 +186,15 @@ def vllm_tiny(tiny_model_dir: Path):
 @pytest.fixture(scope="session")
 def vllm_vlm(tiny_vlm_dir: Path):
     yield from _vllm_client(tiny_vlm_dir)
+
+
+@pytest.fixture(scope="session")
+def vllm_thinker(tmp_path_factory: pytest.TempPathFactory):
+    """The scripted reasoning model of tests/test_thinking.py on vLLM."""
+    from tests.test_thinking import SCRIPT
+    from tests.tiny_model import build_scripted_model
+
+    yield from _vllm_client(build_scripted_model(tmp_path_factory.mktemp("thinker-vllm"), SCRIPT))
 
 
 @pytest.fixture(scope="session")

@@ -163,6 +163,12 @@ def test_without_tools_a_forced_call_has_no_thought_and_tools_after_a_thought_wo
     assert "".join(d.thinking for d in deltas) == "".join(THOUGHT) and text.strip() == "2 + 2 = 4."
 
 
+def test_vllm_splits_the_thought_the_same_way(vllm_thinker):
+    text, deltas = collect(vllm_thinker, [{"role": "user", "content": "What is 2 + 2?"}], GREEDY)
+    assert text.strip() == "2 + 2 = 4." and "".join(d.thinking for d in deltas) == "".join(THOUGHT)
+    assert deltas[-1].metrics.thinking_tokens == len(THOUGHT) + 2
+
+
 # ----- the API server and the OpenAI backend -----------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
