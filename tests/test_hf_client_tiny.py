@@ -190,7 +190,8 @@ def test_fitting_ten_thousand_messages_renders_each_message_about_once(tiny_mode
     rendered: list[int] = []
     render = client.template.render
     monkeypatch.setattr(client.template, "render",
-                        lambda messages, tools=None, images=None: rendered.append(len(messages)) or render(messages, tools, images))
+                        lambda messages, tools=None, images=None, thinking=None: rendered.append(len(messages))
+                        or render(messages, tools, images, thinking))
     messages = [{"role": ("user", "assistant")[i % 2], "content": f"short message number {i}"} for i in range(10_001)]
     started = time.monotonic()
     prompt = client.template.prepare(messages, GenerationParams(max_new_tokens=40), None)
