@@ -202,6 +202,30 @@ class BrowserSettings:
 
 
 @dataclass(frozen=True)
+class McpSettings:
+    """Tools from MCP servers: the administrator's mcp.json (DEMO_MCP_CONFIG, else ./mcp.json when there is one;
+    none: no configured servers) and how long a server may take."""
+
+    config_path: str = ""
+    call_timeout_s: float = 60.0  # one tool call; past it the call is cancelled and the model reads an error
+    connect_timeout_s: float = 15.0  # starting or reaching a server, its handshake and its tool list
+
+    @classmethod
+    def from_env(cls) -> McpSettings:
+        explicit = os.environ.get("DEMO_MCP_CONFIG", "").strip()
+        default = Path("mcp.json")
+        settings = cls(
+            config_path=str(Path(explicit).expanduser()) if explicit
+            else str(default.resolve()) if default.is_file() else "",
+            call_timeout_s=_float("DEMO_MCP_CALL_TIMEOUT_S", cls.call_timeout_s),
+            connect_timeout_s=_float("DEMO_MCP_CONNECT_TIMEOUT_S", cls.connect_timeout_s),
+        )
+        if settings.call_timeout_s <= 0 or settings.connect_timeout_s <= 0:
+            raise ValueError("DEMO_MCP_CALL_TIMEOUT_S and DEMO_MCP_CONNECT_TIMEOUT_S must be positive")
+        return settings
+
+
+@dataclass(frozen=True)
 class SandboxLimits:
     """Limits and isolation of each session's Python kernel (app/tools/sandbox.py builds the sandbox from them)."""
 

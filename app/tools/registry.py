@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -21,6 +22,7 @@ from app.conversation import Attachment
 
 DEFAULT_TIMEOUT_S = 10.0
 MAX_OBSERVATION_CHARS = 8_000  # what the model is shown; the UI keeps the whole result
+TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")  # what OpenAI-style function names may be
 
 
 class ToolError(Exception):
@@ -56,6 +58,7 @@ class Tool:
     schema: dict[str, Any]  # OpenAI style: {"type": "function", "function": {name, description, parameters}}
     timeout_s: float = DEFAULT_TIMEOUT_S
     on_cancel: Callable[[], None] | None = None  # stops work a stopped or timed-out call left running
+    origin: str = ""  # who provides it, for the user: "" for the app itself, else e.g. "MCP server docs"
 
     @property
     def description(self) -> str:
@@ -77,6 +80,12 @@ def schema_for(function: Callable[..., Any]) -> dict[str, Any]:
             prop["type"] = [prop["type"], "null"]
     parameters.setdefault("additionalProperties", False)
     return schema
+
+
+def function_schema(name: str, description: str, parameters: dict[str, Any]) -> dict[str, Any]:
+    """The OpenAI function schema of a tool described elsewhere (e.g. by an MCP server): taken as it is."""
+    return {"type": "function",
+            "function": {"name": name, "description": description, "parameters": copy.deepcopy(parameters)}}
 
 
 @dataclass
@@ -142,6 +151,18 @@ class ToolRegistry:
         schema = schema_for(function)
         tool = Tool(schema["function"]["name"], function, schema, timeout_s, on_cancel)
         if tool.name in self._tools and self._tools[tool.name].function != function:
+            raise ValueError(f"a different tool named {tool.name!r} is already registered")
+        self._tools[tool.name] = tool
+        return tool
+
+    def add(self, tool: Tool) -> Tool:
+        """Register a ready-made tool (its schema written elsewhere, e.g. by an MCP server), not a typed function."""
+        if not TOOL_NAME.fullmatch(tool.name) or tool.schema.get("function", {}).get("name") != tool.name:
+            raise ValueError(f"{tool.name!r} is not a valid tool name (letters, digits, _ and -, at most 64) or does "
+                             "not match its schema")
+        if not isinstance(tool.parameters, dict):
+            raise ValueError(f"the parameters of {tool.name} must be a JSON Schema object")
+        if tool.name in self._tools and self._tools[tool.name] != tool:
             raise ValueError(f"a different tool named {tool.name!r} is already registered")
         self._tools[tool.name] = tool
         return tool

@@ -1,4 +1,5 @@
-"""The Tools section of the sidebar: which tools the model may use, tool choice, dialect and round limit."""
+"""The Tools section of the sidebar: which tools the model may use (the page's own and those of MCP servers),
+tool choice, dialect and round limit."""
 
 from __future__ import annotations
 
@@ -8,27 +9,30 @@ from app.agent import DEFAULT_MAX_ROUNDS, ToolSettings
 from app.clients.base import Client
 from app.dialects import DIALECTS
 from app.tools import load_tools
-from app.tools.registry import ToolRegistry
-from app.ui import sidebar
+from app.tools.registry import Tool, ToolRegistry
+from app.ui import mcp_settings, sidebar
 
 KEPT_PREFIX = "settings."  # app/main.py keeps widget values under this prefix while another page is shown
 _AUTO = "auto"
 
 
 def render(client: Client | None, page: str, registry: ToolRegistry | None = None) -> ToolSettings:
-    """The page's tool settings (each page keeps its own) over `registry` (default: the built-in tools)."""
+    """The page's tool settings (each page keeps its own) over `registry` (default: the built-in tools) and the
+    tools of the MCP servers this session sees."""
     registry = registry if registry is not None else load_tools()
     KEY_PREFIX = f"{KEPT_PREFIX}{page}."  # noqa: N806 (reads like the constant it is within one page)
     with sidebar.page_section():
         st.subheader("Tools")
+        registry = registry.merged(mcp_settings.tools(taken=registry.names))
         for tool in registry:  # defaults through session state only: app/main.py re-assigns these keys
             st.session_state.setdefault(f"{KEY_PREFIX}enabled.{tool.name}", True)
         st.session_state.setdefault(f"{KEY_PREFIX}max_rounds", DEFAULT_MAX_ROUNDS)
         enabled = [
             tool.name
             for tool in registry
-            if st.toggle(tool.name, key=f"{KEY_PREFIX}enabled.{tool.name}", help=tool.description)
+            if st.toggle(tool.name, key=f"{KEY_PREFIX}enabled.{tool.name}", help=_help(tool))
         ]
+        mcp_settings.render()
         choices = ["auto", "none", "required", *enabled]
         if st.session_state.get(f"{KEY_PREFIX}choice", "auto") not in choices:
             st.session_state[f"{KEY_PREFIX}choice"] = "auto"  # the chosen tool was just switched off
@@ -66,3 +70,9 @@ def render(client: Client | None, page: str, registry: ToolRegistry | None = Non
         max_rounds=int(max_rounds),
         follow_up="auto" if native else "none",
     )
+
+
+def _help(tool: Tool) -> str:
+    if not tool.origin:
+        return tool.description
+    return f"{mcp_settings.plain(tool.description)}\n\nFrom the {tool.origin}."  # a server's words, shown as text

@@ -1,0 +1,326 @@
+"""One MCP server held open through the official SDK: a long-lived `mcp.Client` over a stdio subprocess or
+Streamable HTTP, its tool listing, and tool calls under a time limit.
+
+The coroutines run on the manager's event loop only. A connection is held by its own task (anyio needs a
+transport entered and left in the same task) until it is dropped or the server goes away; the next use connects
+again, which restarts a stdio server. Failed attempts back off (2 s, doubling, at most a minute) so that a server
+that is down does not slow every page. Failures reach callers as ToolError (what the model reads) and the status
+(what the sidebar shows).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Literal, TextIO
+
+import anyio
+import anyio.to_thread
+import httpx2
+from mcp import Client, MCPError, StdioServerParameters, types
+from mcp.client import Transport
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+from pydantic import ValidationError
+
+from app.config import McpSettings
+from app.mcp_client.config import HttpServer, ServerSpec, StdioServer
+from app.tools.net_guard import check_url
+from app.tools.registry import ToolError
+
+CLIENT_INFO = types.Implementation(name="composite-llm-demo", version="1.0")
+FIRST_BACKOFF_S = 2.0
+MAX_BACKOFF_S = 60.0
+STOP_TIMEOUT_S = 8.0  # the SDK gives a stdio server 2 s after stdin closes, then SIGTERM, then SIGKILL
+_SSE_READ_TIMEOUT_S = 300.0  # a Streamable HTTP server may keep a response stream open this long between events
+_MAX_PAGES = 100  # of a tool listing: a server that paginates forever cannot hang the app
+# Errors that mean the transport itself broke (as opposed to the server refusing one request).
+_BROKEN = (httpx2.HTTPError, OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream,
+           BaseExceptionGroup)
+
+
+@dataclass(frozen=True)
+class ServerStatus:
+    """What the sidebar shows about one server."""
+
+    name: str
+    kind: Literal["stdio", "http"]
+    state: Literal["connected", "error", "idle"]
+    tool_count: int = 0
+    message: str = ""
+    owner: str = ""  # "": configured by the administrator; else the browser session that added it
+
+
+@dataclass(eq=False)
+class _Link:
+    """One connection attempt: the SDK client once connected, and the task holding it open until `done`."""
+
+    done: anyio.Event
+    client: Client | None = None
+    task: asyncio.Task[None] | None = None
+    stopping: bool = False
+
+
+class ServerConnection:
+    def __init__(self, name: str, spec: ServerSpec, settings: McpSettings, *, owner: str = "",
+                 guard_url: bool = False) -> None:
+        """`guard_url`: check the URL with the SSRF guard before every connection (servers users add)."""
+        self.name = name
+        self.spec = spec
+        self.settings = settings
+        self.owner = owner
+        self.guard_url = guard_url
+        self._lock = asyncio.Lock()  # one connection attempt at a time
+        self._link: _Link | None = None
+        self._tools: tuple[types.Tool, ...] = ()
+        self._listed_at = -math.inf
+        self._error = ""
+        self._failures = 0
+        self._retry_at = 0.0
+        self._refused: int | None = None  # HTTP 401/403 seen while connecting: the token is the likely cause
+        self._closed = False
+
+    @property
+    def kind(self) -> Literal["stdio", "http"]:
+        return "stdio" if isinstance(self.spec, StdioServer) else "http"
+
+    @property
+    def _again(self) -> str:
+        return "restarted" if self.kind == "stdio" else "reconnected"
+
+    @property
+    def connected(self) -> bool:
+        link = self._link
+        return link is not None and link.client is not None
+
+    @property
+    def tools(self) -> tuple[types.Tool, ...]:
+        """The tools of the last listing while connected; none otherwise."""
+        return self._tools if self.connected else ()
+
+    def status(self) -> ServerStatus:
+        if self.connected:
+            count = len(self._tools)
+            return ServerStatus(self.name, self.kind, "connected", count,
+                                f"connected · {count} tool{'s' if count != 1 else ''}", self.owner)
+        if self._error:
+            return ServerStatus(self.name, self.kind, "error", 0, self._error, self.owner)
+        return ServerStatus(self.name, self.kind, "idle", 0, "not connected yet", self.owner)
+
+    # ----- on the manager's loop ------------------------------------------------------------------------------
+
+    async def refresh(self, max_age_s: float) -> None:
+        """Connect if needed, and list the tools again when the last listing is older than `max_age_s`.
+        Never raises: a failure shows in the status and the server offers no tools until it is back."""
+        try:
+            link = await self._ensure()
+        except ToolError:
+            return
+        if time.monotonic() - self._listed_at <= max_age_s or link.client is None:
+            return
+        try:
+            with anyio.fail_after(self.settings.connect_timeout_s):
+                self._tools = await _list_all(link.client)
+            self._listed_at = time.monotonic()
+        except Exception as exc:  # anything the server or transport does ends up in the status
+            self._error = f"listing its tools failed: {describe(exc)}"
+            if _broken(exc):
+                await self._drop(link, describe(exc))
+
+    async def call(self, tool: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        """Call `tool` under the time limit; every failure is a ToolError that says what happened."""
+        link = await self._ensure()
+        assert link.client is not None
+        limit = self.settings.call_timeout_s
+        try:
+            with anyio.fail_after(limit):  # on expiry the SDK also tells the server to cancel the request
+                return await link.client.call_tool(tool, arguments)
+        except TimeoutError:
+            raise ToolError(f"the MCP server {self.name!r} did not answer within {limit:g} s; the call was "
+                            "cancelled.") from None
+        except MCPError as exc:
+            if exc.code == REQUEST_TIMEOUT:
+                raise ToolError(f"the MCP server {self.name!r} did not answer in time; the call was cancelled.") from None
+            if exc.code != CONNECTION_CLOSED:
+                raise ToolError(f"the MCP server {self.name!r} refused the call: {exc.message}") from None
+            failure: BaseException = exc
+        except (ValidationError, RuntimeError) as exc:  # a result that breaks the protocol or the tool's own schema
+            raise ToolError(f"the MCP server {self.name!r} sent an invalid result: {describe(exc)}") from None
+        except _BROKEN as exc:
+            failure = exc
+        reason = describe(failure)
+        await self._drop(link, reason)
+        raise ToolError(f"the connection to the MCP server {self.name!r} broke during the call ({reason}); it is "
+                        f"{self._again} on the next call.")
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._link is not None:
+            await self._drop(self._link)
+
+    async def _ensure(self) -> _Link:
+        async with self._lock:
+            link = self._link
+            if link is not None and link.client is not None:
+                return link
+            if self._closed:
+                raise ToolError(f"the MCP client for {self.name!r} was shut down.")
+            wait = self._retry_at - time.monotonic()
+            if wait > 0:
+                raise ToolError(f"the MCP server {self.name!r} is not available ({self._error}); next try in "
+                                f"{math.ceil(wait)} s.")
+            link = _Link(done=anyio.Event())
+            ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._link = link
+            link.task = asyncio.create_task(self._hold(link, ready), name=f"mcp-server-{self.name}")
+            await ready  # ToolError when it could not connect
+            return link
+
+    async def _hold(self, link: _Link, ready: asyncio.Future[None]) -> None:
+        """Connect, list the tools, then keep the connection open until `link.done` (dropped, or the server left)."""
+        connected = False
+        reason = "the server exited"
+        self._refused = None
+        try:
+            with anyio.CancelScope(deadline=anyio.current_time() + self.settings.connect_timeout_s) as scope:
+                async with AsyncExitStack() as stack:
+                    transport = await self._transport(stack, link.done)
+                    client = await stack.enter_async_context(Client(transport, cache=None, client_info=CLIENT_INFO))
+                    tools = await _list_all(client)
+                    scope.deadline = math.inf  # connected: from now on only `done` ends it
+                    link.client, connected = client, True
+                    self._tools, self._listed_at, self._error, self._failures = tools, time.monotonic(), "", 0
+                    if not ready.done():
+                        ready.set_result(None)
+                    await link.done.wait()
+            if not connected:
+                raise TimeoutError(f"no answer within {self.settings.connect_timeout_s:g} s")
+        except Exception as exc:  # whatever went wrong is reported, never raised into the loop
+            reason = describe(exc, self._refused)
+        finally:
+            link.client = None
+            if self._link is link:
+                self._link = None
+            if not connected:
+                self._failures += 1
+                self._retry_at = time.monotonic() + min(MAX_BACKOFF_S, FIRST_BACKOFF_S * 2 ** (self._failures - 1))
+                self._error = f"cannot connect: {reason}"
+                if not ready.done():
+                    ready.set_exception(ToolError(f"the MCP server {self.name!r} is not available ({reason})."))
+            elif not link.stopping:
+                self._error = f"disconnected: {reason}; it is {self._again} on next use"
+
+    async def _drop(self, link: _Link, broken: str = "") -> None:
+        """Close this connection (if it is still the current one) and wait, within limits, until it is closed.
+        `broken`: why it had to be closed, for the status."""
+        if self._link is link:
+            self._link = None
+        if broken and not link.stopping:
+            self._error = f"disconnected: {broken}; it is {self._again} on next use"
+        link.stopping = True
+        link.done.set()
+        if link.task is not None and link.task is not asyncio.current_task():
+            await asyncio.wait({link.task}, timeout=STOP_TIMEOUT_S)
+
+    async def _transport(self, stack: AsyncExitStack, done: anyio.Event) -> Transport:
+        spec = self.spec
+        if isinstance(spec, StdioServer):
+            parameters = StdioServerParameters(command=spec.command, args=spec.args, env=spec.env or None, cwd=spec.cwd)
+            return _watched(stdio_client(parameters, errlog=_errlog()), done)
+        assert isinstance(spec, HttpServer)
+        if self.guard_url:  # again at every connection: what a name resolves to can change
+            await anyio.to_thread.run_sync(check_url, spec.url)
+        http = await stack.enter_async_context(httpx2.AsyncClient(
+            headers=spec.headers, timeout=httpx2.Timeout(self.settings.connect_timeout_s, read=_SSE_READ_TIMEOUT_S),
+            event_hooks={"response": [self._note_refusal]}))
+        return streamable_http_client(spec.url, http_client=http)
+
+    async def _note_refusal(self, response: httpx2.Response) -> None:
+        if response.status_code in (401, 403):
+            self._refused = response.status_code
+
+
+@asynccontextmanager
+async def _watched(transport: Transport, done: anyio.Event) -> AsyncIterator[Any]:
+    """The transport's streams, with `done` set when the server's side ends (a stdio server that exited), so that
+    the connection is known to be gone before the next call finds out."""
+    async with transport as (read, write):
+        forward, receive = anyio.create_memory_object_stream[Any](0)
+
+        async def pump() -> None:
+            try:
+                async with forward:
+                    async for item in read:
+                        await forward.send(item)
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                pass  # the session closed its end first: we are shutting down anyway
+            finally:
+                done.set()
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(pump)
+            try:
+                yield receive, write
+            finally:
+                group.cancel_scope.cancel()
+
+
+async def _list_all(client: Client) -> tuple[types.Tool, ...]:
+    if client.server_capabilities.tools is None:
+        return ()
+    tools: list[types.Tool] = []
+    cursor: str | None = None
+    for _ in range(_MAX_PAGES):
+        page = await client.list_tools(cursor=cursor)
+        tools.extend(page.tools)
+        cursor = page.next_cursor
+        if not cursor:
+            break
+    return tuple(tools)
+
+
+def _broken(exc: BaseException) -> bool:
+    return isinstance(exc, _BROKEN) or (isinstance(exc, MCPError) and exc.code == CONNECTION_CLOSED)
+
+
+def describe(exc: BaseException, refused: int | None = None) -> str:
+    """A short, plain account of a connection or call failure (never the headers, which may hold a token)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if refused is not None:
+        return f"the server refused the request (HTTP {refused}): check the bearer token or headers"
+    if isinstance(exc, MCPError):
+        if exc.code == CONNECTION_CLOSED:
+            return "the connection closed: the server exited or crashed"
+        return exc.message
+    if isinstance(exc, FileNotFoundError):
+        return f"command not found: {exc.filename or exc}"
+    if isinstance(exc, httpx2.ConnectError):
+        return f"nothing answers at that address ({exc or 'connection refused'})"
+    if isinstance(exc, httpx2.TimeoutException):
+        return "the server did not answer in time"
+    if isinstance(exc, ToolError | TimeoutError) and str(exc):
+        return str(exc).rstrip(".")
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _errlog() -> TextIO:
+    """Where a stdio server's stderr goes: the app's own (it must be a real file; pytest may swap in one that
+    is not)."""
+    for stream in (sys.stderr, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.fileno()
+                return stream
+        except (AttributeError, OSError, ValueError):
+            continue
+    return open(os.devnull, "w")  # noqa: SIM115 (lives as long as the server)

@@ -1,0 +1,109 @@
+"""MCP servers' tools in a ToolRegistry, next to the app's own: each with the server's JSON Schema as its
+parameters (so validation and forced calls work as for any tool), named to fit and not to clash, called through
+the manager's connection to its server.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import copy
+import logging
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from mcp import types
+from jsonschema import Draft202012Validator, SchemaError
+
+from app.mcp_client.connection import ServerConnection
+from app.mcp_client.manager import McpManager
+from app.mcp_client.results import to_output
+from app.tools.registry import Tool, ToolError, ToolOutput, ToolRegistry, function_schema
+
+logger = logging.getLogger(__name__)
+
+_NOT_ALLOWED = re.compile(r"[^a-zA-Z0-9_-]")
+_MAX_NAME = 64
+_GRACE_S = 5.0  # the registry's own limit only backs up the connection's, which says more
+
+
+def mcp_registry(manager: McpManager, connections: Iterable[ServerConnection], taken: Iterable[str] = ()) -> ToolRegistry:
+    """The tools of the connected servers among `connections`. A tool keeps its name (made to fit
+    ^[a-zA-Z0-9_-]{1,64}$) unless that clashes with `taken` (the page's other tools) or with another MCP tool:
+    then it is called `server_tool`. Tools whose input schema is not a usable JSON Schema object are left out."""
+    found = [(connection, tool, parameters) for connection in connections for tool in connection.tools
+             if (parameters := _parameters(connection.name, tool)) is not None]
+    names = _unique_names([(connection.name, tool.name) for connection, tool, _ in found], set(taken))
+    limit = manager.settings.connect_timeout_s + manager.settings.call_timeout_s + _GRACE_S
+    registry = ToolRegistry()
+    for (connection, tool, parameters), name in zip(found, names):
+        call, cancel = _caller(manager, connection, tool.name, name, limit)
+        description = tool.description or tool.title or (tool.annotations.title if tool.annotations else None) or ""
+        registry.add(Tool(name, call, function_schema(name, description, parameters), timeout_s=limit,
+                          on_cancel=cancel, origin=f"MCP server {connection.name}"))
+    return registry
+
+
+def _parameters(server: str, tool: types.Tool) -> dict[str, Any] | None:
+    schema = copy.deepcopy(tool.input_schema)
+    schema.pop("$schema", None)  # the registry validates with draft 2020-12, whatever a server declares
+    schema.setdefault("type", "object")
+    schema.setdefault("properties", {})
+    try:
+        if schema["type"] != "object":
+            raise SchemaError("the root is not an object")
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        logger.warning("MCP server %s: tool %r left out, its input schema is not usable: %s", server, tool.name,
+                       exc.message)
+        return None
+    return schema
+
+
+def _fit(name: str) -> str:
+    return _NOT_ALLOWED.sub("_", name)[:_MAX_NAME] or "tool"
+
+
+def _unique_names(tools: list[tuple[str, str]], taken: set[str]) -> list[str]:
+    """(server, tool) pairs to registry names, in order; the same inputs always give the same names."""
+    plain = [_fit(tool) for _, tool in tools]
+    counts = Counter(plain)
+    used = set(taken)
+    names = []
+    for (server, _), name in zip(tools, plain):
+        if name in taken or counts[name] > 1:
+            name = _fit(f"{server}_{name}")
+        base, number = name, 2
+        while name in used:  # e.g. two tool names that only differ in characters a name may not have
+            suffix = f"_{number}"
+            name, number = base[:_MAX_NAME - len(suffix)] + suffix, number + 1
+        used.add(name)
+        names.append(name)
+    return names
+
+
+def _caller(manager: McpManager, connection: ServerConnection, tool: str, shown_as: str,
+            wait_s: float) -> tuple[Callable[..., ToolOutput], Callable[[], None]]:
+    """The tool's function (run in the registry's thread) and what cancels its calls that are still running."""
+    running: set[concurrent.futures.Future[types.CallToolResult]] = set()
+
+    def call(**arguments: Any) -> ToolOutput:
+        future = manager.submit(connection.call(tool, arguments))
+        running.add(future)
+        try:
+            result = future.result(timeout=wait_s)
+        except concurrent.futures.CancelledError:
+            raise ToolError(f"the call to {shown_as} was cancelled.") from None
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise ToolError(f"{shown_as} did not finish within {wait_s:g} s.") from None
+        finally:
+            running.discard(future)
+        return to_output(result, shown_as)
+
+    def cancel() -> None:
+        for future in list(running):
+            future.cancel()
+
+    return call, cancel

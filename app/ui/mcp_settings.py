@@ -1,0 +1,143 @@
+"""MCP servers in the Tools sidebar: their tools for this session, each server's status, and Streamable HTTP
+servers a user adds for their own browser session (stdio servers, which run commands on this machine, only come
+from the administrator's mcp.json; added URLs go through the SSRF guard)."""
+
+from __future__ import annotations
+
+import re
+import uuid
+import weakref
+from collections.abc import Iterable
+
+import streamlit as st
+
+from app.config import McpSettings
+from app.mcp_client import HttpServer, McpConfigError, McpManager, ServerConnection, bearer_server, mcp_registry
+from app.tools.registry import ToolRegistry
+
+_SESSION_KEY = "_mcp_session_servers"
+_NOTICE_KEY = "mcp.notice"
+_NEW = ("mcp.new.name", "mcp.new.url", "mcp.new.token")  # the add form's fields
+_ICONS = {"connected": ":material/check_circle:", "error": ":material/error:", "idle": ":material/pending:"}
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]()<>#+!|~-])")
+
+
+@st.cache_resource(show_spinner=False, on_release=McpManager.close)
+def _manager(settings: McpSettings) -> McpManager:
+    return McpManager(settings)  # one per process: stdio servers start once, not per session or rerun
+
+
+def manager() -> McpManager:
+    return _manager(McpSettings.from_env())
+
+
+class _SessionServers:
+    """The servers this browser session added. Their specs are kept so that a new manager (caches cleared) gets
+    them again; the manager forgets them (and disconnects) when Streamlit drops the session."""
+
+    def __init__(self) -> None:
+        self.owner = uuid.uuid4().hex
+        self.specs: dict[str, HttpServer] = {}
+        self._registered_with: list[weakref.ref[McpManager]] = []
+        weakref.finalize(self, _release, self._registered_with, self.owner)
+
+    def connections(self, mcp: McpManager) -> list[ServerConnection]:
+        """The configured servers and this session's own, registered with `mcp` first if they are not yet."""
+        if not self._registered_with or self._registered_with[0]() is not mcp:
+            self._registered_with[:] = [weakref.ref(mcp)]
+            for name, spec in list(self.specs.items()):
+                try:
+                    mcp.add_server(self.owner, name, spec)
+                except McpConfigError:  # e.g. DEMO_BROWSER_ALLOW no longer allows it
+                    del self.specs[name]
+        return mcp.connections(self.owner)
+
+
+def _release(registered_with: list[weakref.ref[McpManager]], owner: str) -> None:
+    mcp = registered_with[0]() if registered_with else None
+    if mcp is not None:
+        mcp.release(owner)
+
+
+def _session() -> _SessionServers:
+    if _SESSION_KEY not in st.session_state:
+        st.session_state[_SESSION_KEY] = _SessionServers()
+    return st.session_state[_SESSION_KEY]
+
+
+def tools(taken: Iterable[str]) -> ToolRegistry:
+    """This session's MCP tools (configured servers and its own), named not to clash with `taken`; connects and
+    lists where needed, so a server that died is restarted here."""
+    mcp = manager()
+    connections = _session().connections(mcp)
+    if not connections:
+        return ToolRegistry()
+    if all(connection.connected for connection in connections):
+        mcp.refresh(connections)
+    else:
+        with st.spinner("Connecting to MCP servers..."):
+            mcp.refresh(connections)
+    return mcp_registry(mcp, connections, taken)
+
+
+def render() -> None:
+    """The "MCP servers" expander: statuses, Remove for the session's own servers, and the form to add one."""
+    mcp = manager()
+    session = _session()
+    notice = st.session_state.pop(_NOTICE_KEY, None)
+    with st.expander("MCP servers", expanded=bool(mcp.config_error or notice)):
+        if mcp.config_error:
+            st.error(plain(mcp.config_error), icon=":material/error:")
+        connections = session.connections(mcp)
+        for connection in connections:
+            status = connection.status()
+            whose = "added by you" if status.owner else "mcp.json"
+            st.markdown(f"{_ICONS[status.state]} **{status.name}** · {status.kind} · {whose}")
+            st.caption(plain(status.message))
+            if status.owner:
+                st.button("Remove", key=f"mcp.remove.{status.name}", on_click=_remove, args=(status.name,))
+        if not connections:
+            st.caption("No servers. An administrator lists them in mcp.json; you can add a Streamable HTTP server "
+                       "for this session below.")
+        if notice:
+            kind, text = notice
+            (st.success if kind == "success" else st.warning if kind == "warning" else st.error)(plain(text))
+        with st.form("mcp_add_server", border=False):
+            st.text_input("Server name", key=_NEW[0], placeholder="docs", max_chars=40)
+            st.text_input("URL (Streamable HTTP)", key=_NEW[1], placeholder="https://example.com/mcp")
+            st.text_input("Bearer token (optional)", key=_NEW[2], type="password",
+                          help="Sent as `Authorization: Bearer ...` to this server only; kept for this session only.")
+            st.form_submit_button("Add server", key="mcp.new.add", on_click=_add)
+
+
+def _add() -> None:
+    state = st.session_state
+    name, url, token = (str(state.get(key) or "").strip() for key in _NEW)
+    mcp = manager()
+    session = _session()
+    session.connections(mcp)  # registered with this manager before adding to it
+    try:
+        if not name or not url:
+            raise McpConfigError("give the server a name and its URL.")
+        spec = bearer_server(url, token)
+        connection = mcp.add_server(session.owner, name, spec)
+    except McpConfigError as exc:
+        state[_NOTICE_KEY] = ("error", f"Not added: {exc}")
+        return
+    session.specs[name] = spec
+    mcp.refresh([connection])
+    status = connection.status()
+    state[_NOTICE_KEY] = ("success" if status.state == "connected" else "warning", f"Added {name}: {status.message}.")
+    for key in _NEW:
+        state[key] = ""
+
+
+def _remove(name: str) -> None:
+    session = _session()
+    manager().remove_server(session.owner, name)
+    session.specs.pop(name, None)
+
+
+def plain(text: str) -> str:
+    """`text` shown as it is: a server's message must not become links or pictures in the user's browser."""
+    return _MARKDOWN.sub(r"\\\1", text)
