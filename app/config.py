@@ -209,6 +209,7 @@ class McpSettings:
     config_path: str = ""
     call_timeout_s: float = 60.0  # one tool call; past it the call is cancelled and the model reads an error
     connect_timeout_s: float = 15.0  # starting or reaching a server, its handshake and its tool list
+    server_api_key: str = ""  # the app's own MCP server over HTTP (app/mcp_server.py) requires it as a bearer token
 
     @classmethod
     def from_env(cls) -> McpSettings:
@@ -219,6 +220,7 @@ class McpSettings:
             else str(default.resolve()) if default.is_file() else "",
             call_timeout_s=_float("DEMO_MCP_CALL_TIMEOUT_S", cls.call_timeout_s),
             connect_timeout_s=_float("DEMO_MCP_CONNECT_TIMEOUT_S", cls.connect_timeout_s),
+            server_api_key=os.environ.get("DEMO_MCP_API_KEY", "").strip(),
         )
         if settings.call_timeout_s <= 0 or settings.connect_timeout_s <= 0:
             raise ValueError("DEMO_MCP_CALL_TIMEOUT_S and DEMO_MCP_CONNECT_TIMEOUT_S must be positive")

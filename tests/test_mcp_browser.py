@@ -1,0 +1,48 @@
+"""An MCP server's tool called from the Tools page in a real browser (Chromium, `streamlit run`, SmolLM2): the
+demo server of tests/mcp_servers over stdio, configured in an mcp.json as an administrator would."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from tests.helpers import ARTIFACTS, streamlit_app
+from tests.test_browser import choose
+
+SERVER = Path(__file__).parent / "mcp_servers" / "demo_server.py"
+
+
+def test_the_model_calls_an_mcp_tool_and_answers_from_its_result(smollm2_dir, browser, tmp_path):
+    ARTIFACTS.mkdir(exist_ok=True)
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"demo": {"command": sys.executable, "args": [str(SERVER), "stdio"]}}}))
+    env = {**os.environ, "DEMO_MODEL": str(smollm2_dir), "HF_HUB_OFFLINE": "1", "DEMO_MCP_CONFIG": str(config),
+           "DEMO_MCP_CONNECT_TIMEOUT_S": "60"}
+    with streamlit_app(env, "streamlit-mcp.log") as url:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(f"{url}/tools")
+        page.get_by_text("SmolLM2-135M-Instruct").first.wait_for(timeout=120_000)
+        sidebar = page.get_by_test_id("stSidebar")
+        sidebar.get_by_text("connected · 11 tools").wait_for(state="attached", timeout=60_000)  # in its section
+        sidebar.get_by_role("slider").first.focus()
+        page.keyboard.press("Home")  # temperature 0: greedy
+        # paint(color: "red" | "green" | "blue", coats: int, note: str): the call is constrained to that schema.
+        choose(page, sidebar.get_by_test_id("stSelectbox").filter(has_text="Tool choice"), "paint")
+        box = page.get_by_test_id("stChatInputTextArea")
+        box.fill("Paint the kitchen wall blue, with two coats.")
+        box.press("Enter")
+        answer = page.locator('[data-testid="stChatMessage"]').nth(1)
+        answer.get_by_text("paint ·").wait_for(timeout=180_000)  # the call's card, finished
+        answer.get_by_text("tok/s").nth(1).wait_for(timeout=120_000)  # and the answer after it
+        page.wait_for_timeout(1500)  # the page redraws once after the turn
+        card = answer.get_by_test_id("stExpander").first
+        card.click()
+        card.get_by_text("coat(s) of").first.wait_for(timeout=10_000)  # the MCP server's result
+        sidebar.get_by_text("MCP servers").click()  # the servers' status, for the screenshot
+        sidebar.get_by_text("connected · 11 tools").wait_for(timeout=10_000)
+        page.wait_for_timeout(500)
+        page.mouse.move(700, 5)
+        page.screenshot(path=str(ARTIFACTS / "mcp.png"), full_page=False)
+        page.close()

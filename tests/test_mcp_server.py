@@ -1,0 +1,211 @@
+"""The app's tools as an MCP server (app/mcp_server.py), driven by the MCP SDK's own client: over stdio (the SDK
+starts `python -m app.mcp_server`) and over Streamable HTTP on 127.0.0.1 (a real server process with an API key).
+The python tool runs in the real bubblewrap sandbox; the browser reads a local test site."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import httpx
+import httpx2
+import mcp.types as types
+import pytest
+from mcp import Client, MCPError, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+from app.tools import load_tools
+from harness.local_http import free_port, json_reply, serve
+from harness.processes import server_process
+from tests.helpers import ARTICLE, ROOT, html
+
+pytestmark = pytest.mark.timeout(600)  # a safety net: kernels start in a sandbox, on a machine that may be busy
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+KEY = "test-key-5f1c"
+PLOT = "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.show()"
+
+
+def text_of(result: types.CallToolResult) -> str:
+    return "".join(block.text for block in result.content if isinstance(block, types.TextContent))
+
+
+@asynccontextmanager
+async def stdio_server(env: dict[str, str], log: Path) -> AsyncIterator[Client]:
+    """The SDK's client on our server, which it starts over stdio (`env` over the SDK's safe defaults, stderr into
+    `log`); leaving closes the server's stdin and waits for it to exit."""
+    parameters = StdioServerParameters(command=sys.executable, args=["-m", "app.mcp_server"], cwd=ROOT, env=env)
+    with log.open("w") as errlog:
+        async with Client(stdio_client(parameters, errlog=errlog)) as client:
+            yield client
+
+
+def processes_naming(folder: Path) -> list[str]:
+    """The command lines that name `folder`: the kernels (their connection files) and sandboxes started for it."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            line = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # the process has just ended
+            continue
+        if str(folder) in line:
+            found.append(line)
+    return found
+
+
+def assert_everything_stopped(sessions: Path) -> None:
+    """No kernel or sandbox left (waiting, as a safety net, for the kernel to reap what it killed), no folder."""
+    deadline = time.monotonic() + 30
+    while (left := processes_naming(sessions)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert left == []
+    assert list(sessions.iterdir()) == []
+
+
+@pytest.fixture
+def sessions(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The server's DEMO_SESSIONS_DIR: short, because the kernel's Unix sockets are named by paths inside it."""
+    return tmp_path_factory.mktemp("mcp")
+
+
+# ----- stdio -------------------------------------------------------------------------------------------------------
+
+def test_stdio_lists_every_tool_with_the_registrys_schema_and_calls_them(sessions, tmp_path):
+    builtin = load_tools()
+
+    async def scenario() -> None:
+        async with stdio_server({"DEMO_SESSIONS_DIR": str(sessions)}, tmp_path / "server.log") as client:
+            listed = {tool.name: tool for tool in (await client.list_tools()).tools}
+            assert {"python", "web_search", "open_url", "mclick", *builtin.names} <= set(listed)
+            calculator = builtin.get("calculator")
+            assert listed["calculator"].input_schema == calculator.parameters
+            assert listed["calculator"].description == calculator.description
+            assert listed["python"].input_schema["required"] == ["code"]
+            assert listed["mclick"].input_schema["properties"]["ids"]["type"] == "array"
+
+            result = await client.call_tool("calculator", {"expression": "2 + 3 * 4"})
+            assert not result.is_error and text_of(result) == "2 + 3 * 4 = 14"
+
+            invalid = await client.call_tool("calculator", {"expr": "2 + 2"})
+            assert invalid.is_error and "invalid arguments for calculator" in text_of(invalid)
+            assert "expression" in text_of(invalid)  # the reason: the required argument is missing
+
+            failed = await client.call_tool("calculator", {"expression": "1 / 0"})
+            assert failed.is_error and text_of(failed) == "Error: division by zero."
+
+            with pytest.raises(MCPError, match="Unknown tool: no_such_tool"):
+                await client.call_tool("no_such_tool", {})
+
+    asyncio.run(scenario())
+
+
+def test_stdio_python_prints_plots_keeps_state_and_stops_with_the_client(sessions, tmp_path):
+    async def scenario() -> None:
+        async with stdio_server({"DEMO_SESSIONS_DIR": str(sessions)}, tmp_path / "server.log") as client:
+            printed = await client.call_tool("python", {"code": "x = 41\nprint('hello from the sandbox')"})
+            assert not printed.is_error and text_of(printed) == "hello from the sandbox"
+            assert processes_naming(sessions)  # the kernel runs, in its sandbox
+
+            kept = await client.call_tool("python", {"code": "print(x + 1)"})
+            assert text_of(kept) == "42"
+
+            plot = await client.call_tool("python", {"code": PLOT})
+            assert not plot.is_error and "[Figure 1 was displayed to the user.]" in text_of(plot)
+            images = [block for block in plot.content if isinstance(block, types.ImageContent)]
+            assert len(images) == 1 and images[0].mime_type == "image/png"
+            assert base64.b64decode(images[0].data).startswith(PNG_SIGNATURE)
+
+            raised = await client.call_tool("python", {"code": "1 / 0"})
+            assert raised.is_error and "ZeroDivisionError" in text_of(raised)
+
+    asyncio.run(scenario())
+    # The client closed the server's stdin and waited for it to exit: its kernel and folder went with it.
+    assert_everything_stopped(sessions)
+
+
+def test_without_a_sandbox_the_python_tool_is_not_offered_and_stderr_says_why(sessions, tmp_path):
+    log = tmp_path / "server.log"
+    env = {"DEMO_SESSIONS_DIR": str(sessions), "PATH": str(tmp_path)}  # no bwrap on this PATH
+
+    async def scenario() -> set[str]:
+        async with stdio_server(env, log) as client:
+            return {tool.name for tool in (await client.list_tools()).tools}
+
+    names = asyncio.run(scenario())
+    assert "python" not in names and {"calculator", "open_url"} <= names
+    assert "The python tool is not offered: The Python tool needs bubblewrap" in log.read_text()
+
+
+# ----- Streamable HTTP ---------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def site():
+    """A local site with an article, and a SearXNG-style search (the browser's search backend) that finds it."""
+
+    def search(handler, body):
+        base = f"http://127.0.0.1:{handler.server.server_address[1]}"
+        return json_reply({"results": [{"title": "Lighthouses of Brittany", "url": f"{base}/article",
+                                        "content": "The Phare du Creac'h..."}]})
+
+    with serve({"/article": html(ARTICLE), "/search": search}) as base:
+        yield base
+
+
+@asynccontextmanager
+async def http_client(url: str, key: str) -> AsyncIterator[Client]:
+    """The SDK's client over Streamable HTTP sending `key` as its Bearer token: headers go on an httpx2 client, given
+    the SDK's own timeouts (httpx2's 5 s default would end a first python call, which starts the kernel)."""
+    headers = {"Authorization": f"Bearer {key}"}
+    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as http:
+        async with Client(streamable_http_client(url, http_client=http)) as client:
+            yield client
+
+
+def test_http_serves_the_tools_to_a_client_with_the_key_and_refuses_others(site, sessions, tmp_path):
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    # The local test site is allow-listed for the browser, as an administrator would do for an intranet.
+    env = {**os.environ, "DEMO_SESSIONS_DIR": str(sessions), "DEMO_BROWSER_ALLOW": "127.0.0.1",
+           "DEMO_SEARXNG_URL": site}
+    command = [sys.executable, "-m", "app.mcp_server", "--http", "--port", str(port), "--api-key", KEY]
+
+    async def refused(key: str) -> None:
+        with pytest.RaisesGroup(MCPError, flatten_subgroups=True):  # raised inside the transport's task groups
+            async with http_client(f"{base}/mcp", key):
+                pass
+
+    async def scenario() -> None:
+        await refused("wrong-key")
+        async with http_client(f"{base}/mcp", KEY) as client:
+            names = {tool.name for tool in (await client.list_tools()).tools}
+            assert {"calculator", "python", "web_search", "open_url", "mclick"} <= names
+            assert text_of(await client.call_tool("calculator", {"expression": "6 * 7"})) == "6 * 7 = 42"
+
+            found = await client.call_tool("web_search", {"query": "lighthouses"})
+            assert text_of(found).startswith(f"[1] Lighthouses of Brittany ({site}/article)")
+            opened = await client.call_tool("mclick", {"ids": [1]})
+            assert "32 nautical" in text_of(opened) and "Home | About" not in text_of(opened)
+            page = await client.call_tool("open_url", {"url": f"{site}/article"})
+            assert not page.is_error and text_of(page).startswith(f"[1] Lighthouses of Brittany ({site}/article)")
+
+            await client.call_tool("python", {"code": "y = 20"})
+            kept = await client.call_tool("python", {"code": "print(y + 1)"})
+            assert not kept.is_error and text_of(kept) == "21"
+            plot = await client.call_tool("python", {"code": PLOT})
+            images = [block for block in plot.content if isinstance(block, types.ImageContent)]
+            assert [image.mime_type for image in images] == ["image/png"]
+
+    with server_process(command, f"{base}/health", cwd=ROOT, env=env, log=tmp_path / "server.log") as process:
+        # The refusal is the SDK's bearer middleware's: 401 with a Bearer challenge, with or without a wrong key.
+        for headers in ({"Authorization": "Bearer wrong-key"}, {}):
+            answer = httpx.post(f"{base}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, headers=headers)
+            assert answer.status_code == 401 and answer.headers["www-authenticate"].startswith("Bearer ")
+        asyncio.run(scenario())
+        assert processes_naming(sessions)  # the kernel is still there for the next client
+    assert process.returncode is not None
+    assert_everything_stopped(sessions)
