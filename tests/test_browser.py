@@ -88,6 +88,9 @@ def test_tools_page_shows_a_tool_call_card_and_the_answer(app_url, browser):
     answer = page.locator('[data-testid="stChatMessage"]').nth(1)
     answer.get_by_text("calculator ·").wait_for(timeout=120_000)  # the finished card's label
     answer.get_by_text("tok/s").nth(1).wait_for(timeout=120_000)  # the answer after the call
+    # The page redraws once after the turn, which would close a card opened before it (seen on a loaded machine).
+    page.wait_for_timeout(1500)
+    page.get_by_test_id("stStatusWidget").wait_for(state="hidden", timeout=30_000)
     card = answer.get_by_test_id("stExpander").first
     card.click()  # open the card: arguments and result
     card.get_by_text("17 * 23 = 391").wait_for(timeout=10_000)
@@ -117,11 +120,16 @@ def open_all_tools(browser, app_url, tool):
 
 
 def send(page, text, files=()):
+    from playwright.sync_api import expect
+
     if files:
         page.locator('[data-testid="stChatInput"] input[type="file"]').set_input_files(list(files))
         page.get_by_text(files[0]["name"]).first.wait_for(timeout=10_000)
     box = page.get_by_test_id("stChatInputTextArea")
     box.fill(text)
+    # Send only once the files are uploaded (the button waits for them): on a loaded machine Enter came first and
+    # the message went out without its picture.
+    expect(page.get_by_test_id("stChatInputSubmitButton")).to_be_enabled(timeout=60_000)
     box.press("Enter")
     return page.locator('[data-testid="stChatMessage"]').nth(1)
 
@@ -195,7 +203,7 @@ def test_chat_a_picture_to_a_text_only_model_is_shown_refused_clearly_and_its_te
     picture = {"name": "sunset.png", "mimeType": "image/png", "buffer": sunset_png()}
     answer = send(page, "What is in this picture? Where could it be?", [picture])
     question = page.locator('[data-testid="stChatMessage"]').first
-    question.get_by_test_id("stImage").wait_for(timeout=30_000)  # the picture, in the user's message
+    question.get_by_test_id("stImage").wait_for(timeout=60_000)  # the picture, in the user's message
     answer.get_by_text("This model cannot see images").wait_for(timeout=60_000)
     button = page.get_by_role("button", name="Answer the text only")
     button.wait_for(timeout=30_000)

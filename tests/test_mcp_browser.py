@@ -36,7 +36,8 @@ def test_the_model_calls_an_mcp_tool_and_answers_from_its_result(smollm2_dir, br
         answer = page.locator('[data-testid="stChatMessage"]').nth(1)
         answer.get_by_text("paint ·").wait_for(timeout=180_000)  # the call's card, finished
         answer.get_by_text("tok/s").nth(1).wait_for(timeout=120_000)  # and the answer after it
-        page.wait_for_timeout(1500)  # the page redraws once after the turn
+        page.wait_for_timeout(1500)  # the page redraws once after the turn (it would close a card opened before)
+        page.get_by_test_id("stStatusWidget").wait_for(state="hidden", timeout=30_000)
         card = answer.get_by_test_id("stExpander").first
         card.click()
         card.get_by_text("coat(s) of").first.wait_for(timeout=10_000)  # the MCP server's result
