@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from playwright.sync_api import expect
+
 from app.storage import ConversationStore
 from app.storage.engine import open_database
 from tests.helpers import ARTIFACTS, streamlit_app
@@ -46,7 +48,9 @@ def test_a_conversation_survives_refresh_restart_and_two_tabs(smollm2_dir, brows
         link = page.url
         before = bubbles(page)
         page.reload()
-        page.locator('[data-testid="stChatMessage"]').nth(1).wait_for(timeout=60_000)
+        # The answer's bubble comes before its text (seen on a loaded machine): wait for the text itself.
+        answer_start = before[1].split("\n\n", 1)[-1][:20]
+        expect(page.locator('[data-testid="stChatMessage"]').nth(1)).to_contain_text(answer_start, timeout=60_000)
         assert bubbles(page)[0] == before[0] and bubbles(page)[1].startswith(before[1][:20])
         page.close()
 
