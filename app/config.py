@@ -65,6 +65,8 @@ class ModelSettings:
     device: str = "auto"
     dtype: str = "auto"
     max_context_tokens: int = 0  # 0: take the model's own context window
+    hf_max_batch: int = 8  # hf: the most answers decoded together (continuous batching); 1: one after another
+    hf_prefill_chunk: int = 512  # hf: prompt tokens read per step while others decode (a long prompt's stall)
     api_base_url: str = "http://127.0.0.1:8000/v1"  # openai: any OpenAI-compatible server
     api_key: str = ""
     api_model: str = ""  # openai: "" = the first model the server lists
@@ -78,6 +80,8 @@ class ModelSettings:
             device=os.environ.get("DEMO_DEVICE", "auto"),
             dtype=os.environ.get("DEMO_DTYPE", "auto"),
             max_context_tokens=_int("DEMO_MAX_CONTEXT", 0),
+            hf_max_batch=max(1, _int("DEMO_HF_MAX_BATCH", cls.hf_max_batch)),
+            hf_prefill_chunk=max(16, _int("DEMO_HF_PREFILL_CHUNK", cls.hf_prefill_chunk)),
             api_base_url=os.environ.get("DEMO_API_BASE_URL", cls.api_base_url),
             api_key=os.environ.get("DEMO_API_KEY", ""),
             api_model=os.environ.get("DEMO_API_MODEL", ""),

@@ -258,6 +258,7 @@ def create_app(settings: ModelSettings | None = None, client: Client | None = No
     request with more than `max_messages` messages or `max_chars` characters of text in them is a 413."""
     holder = ModelHolder(settings, client, served_name)
     metrics = ServerMetrics()
+    metrics.watch_model(lambda: holder.client.activity() if holder.client is not None else None)
     completions = ChatCompletions(holder, metrics, default_max_tokens, RequestLimits(max_messages, max_chars))
 
     @asynccontextmanager

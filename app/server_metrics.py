@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from collections.abc import Callable
+
+from app.clients.base import ModelActivity
 from app.conversation import AnswerMetrics
 
 # Seconds: from tens of milliseconds (a warm GPU) to minutes (a long prompt on a laptop CPU).
@@ -36,6 +39,19 @@ class ServerMetrics:
                                  buckets=_TIME_BUCKETS, registry=self.registry)
         self.errors = Counter("demo_errors", "Requests that ended in an error, by kind.", ["kind"],
                               registry=self.registry)
+
+    def watch_model(self, activity: Callable[[], ModelActivity | None]) -> None:
+        """Gauges read from the model at each scrape: answers it writes together now, and answers that wait."""
+        def reading(field: str) -> Callable[[], float]:
+            def read() -> float:
+                now = activity()
+                return float(getattr(now, field)) if now is not None else float("nan")
+            return read
+
+        Gauge("demo_model_answers_generating", "Answers the model is writing now, together where it batches them.",
+              registry=self.registry).set_function(reading("generating"))
+        Gauge("demo_model_answers_waiting", "Answers waiting for room in the model's batch.",
+              registry=self.registry).set_function(reading("waiting"))
 
     def record_answer(self, metrics: AnswerMetrics, finish_reason: str, duration_s: float) -> None:
         self.prompt_tokens.inc(metrics.prompt_tokens)

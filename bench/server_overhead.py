@@ -54,14 +54,14 @@ def over_http(sdk, model: str, tokens: int) -> tuple[float, float]:
     return (count - 1) / (last - first), first - started
 
 
-def start_our_server(client) -> tuple[str, object]:
+def start_our_server(client, served_name: str = "bench") -> tuple[str, object]:
     import uvicorn
 
     from app.server import create_app
     from harness.local_http import free_port
 
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(client=client, served_name="bench"), host="127.0.0.1",
+    server = uvicorn.Server(uvicorn.Config(create_app(client=client, served_name=served_name), host="127.0.0.1",
                                            port=port, log_level="warning"))
     threading.Thread(target=server.run, daemon=True).start()
     while not server.started:
@@ -83,7 +83,7 @@ def compare(label_a: str, run_a, label_b: str, run_b, runs: int) -> None:
           f"TTFT added: {(b_ttft - a_ttft) * 1000:+.1f} ms")
 
 
-class _IgnoreEOSClient:
+class IgnoreEOSClient:
     """The in-process client with EOS ignored on every request, so both sides generate exactly N tokens."""
 
     def __init__(self, client) -> None:
@@ -112,7 +112,7 @@ def main() -> None:
     from app.config import ModelSettings
 
     client = HFClient(ModelSettings())
-    base, server = start_our_server(_IgnoreEOSClient(client))
+    base, server = start_our_server(IgnoreEOSClient(client))
     sdk = openai.OpenAI(base_url=base, api_key="x", max_retries=0)
     print(f"model: {client.describe()}; {args.tokens} new tokens, EOS ignored, median of {args.runs}")
     compare("in-process HF client", lambda: in_process(client, args.tokens),
@@ -134,7 +134,7 @@ def compare_vllm(args) -> None:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     model = str(ensure_embedded_model())
     ours_client = VLLMClient(ModelSettings(backend="vllm", model_path=model, max_context_tokens=4096))
-    base, server = start_our_server(_IgnoreEOSClient(ours_client))
+    base, server = start_our_server(IgnoreEOSClient(ours_client))
     port = free_port()
     theirs = subprocess.Popen(
         ["timeout", "900", sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model,

@@ -94,7 +94,7 @@ def test_closing_the_stream_early_cancels_and_releases_the_model(tiny_client):
     assert collect(tiny_client, HELLO, GREEDY)[1][-1].finish_reason == "length"  # the lock was released
 
 
-def test_concurrent_sessions_are_serialised_and_not_mixed(tiny_client):
+def test_concurrent_sessions_are_not_mixed(tiny_client):
     prompts = [[{"role": "user", "content": f"Question number {i}"}] for i in range(4)]
     expected = [collect(tiny_client, p, GenerationParams(temperature=0.0, max_new_tokens=40))[0] for p in prompts]
     results: dict[int, str] = {}
@@ -110,7 +110,9 @@ def test_concurrent_sessions_are_serialised_and_not_mixed(tiny_client):
     assert [results[i] for i in range(4)] == expected
 
 
-def test_a_waiting_session_is_told_and_can_cancel_while_waiting(tiny_client):
+def test_with_batching_off_a_waiting_session_is_told_and_can_cancel_while_waiting(tiny_model_dir):
+    tiny_client = HFClient(ModelSettings(model_path=str(tiny_model_dir), device="cpu", hf_max_batch=1))
+    assert tiny_client.decoder is None and "batches" not in tiny_client.describe()
     hold = threading.Event()
     release = threading.Event()
 
@@ -136,6 +138,7 @@ def test_a_waiting_session_is_told_and_can_cancel_while_waiting(tiny_client):
     holder.join(10)
     assert notices and "Waiting" in notices[0]
     assert time.monotonic() - started < 5
+    tiny_client.close()
 
 
 def test_oldest_turns_are_dropped_to_fit_the_context_window(tiny_model_dir):
@@ -213,13 +216,19 @@ def test_stop_tokens_come_from_the_tokenizer_and_the_template(tiny_client):
     assert tiny_client.stop_token_ids == [im_end]
 
 
-def test_generation_failure_in_the_thread_becomes_a_client_error(tiny_client, monkeypatch):
-    def broken(**kwargs):
+@pytest.mark.parametrize("max_batch", [1, 8])
+def test_generation_failure_in_the_thread_becomes_a_client_error(tiny_model_dir, max_batch, monkeypatch):
+    client = HFClient(ModelSettings(model_path=str(tiny_model_dir), device="cpu", hf_max_batch=max_batch))
+
+    def broken(*args, **kwargs):
         raise RuntimeError("out of memory (simulated by the test)")
 
-    monkeypatch.setattr(tiny_client.model, "generate", broken)
-    with pytest.raises(ClientError, match="Generation failed: out of memory"):
-        collect(tiny_client, HELLO, GREEDY)
+    with monkeypatch.context() as patched:
+        patched.setattr(client.model, "forward", broken)
+        with pytest.raises(ClientError, match="Generation failed: out of memory"):
+            collect(client, HELLO, GREEDY)
+    assert collect(client, HELLO, GREEDY)[1][-1].finish_reason == "length"  # and the engine goes on
+    client.close()
 
 
 @pytest.mark.parametrize(

@@ -243,6 +243,28 @@ def test_metrics_count_requests_tokens_latency_and_errors(sdk, api):
     assert _metric(api, "demo_errors_total", kind="invalid_request_error") == not_found + 1
 
 
+def test_metrics_show_how_many_answers_share_the_model(api):
+    """Three streams at once are written together (continuous batching), and the gauge says so; it is 0 after."""
+    body = {"model": MODEL, "stream": True, "max_tokens": 300, "temperature": 0,
+            "messages": [{"role": "user", "content": "Write a long story about a lighthouse."}]}
+    headers = {"Authorization": "Bearer secret-key"}
+    with httpx.Client(timeout=60) as http:
+        streams = [http.stream("POST", f"{api}/v1/chat/completions", json=body, headers=headers) for _ in range(3)]
+        responses = [stream.__enter__() for stream in streams]
+        try:
+            for response in responses:  # each has its first token: all three are in the batch
+                next(line for line in response.iter_lines() if '"content"' in line)
+            assert _metric(api, "demo_model_answers_generating") == 3
+            assert _metric(api, "demo_model_answers_waiting") == 0
+        finally:
+            for stream in streams:
+                stream.__exit__(None, None, None)
+    deadline = time.monotonic() + 5
+    while _metric(api, "demo_model_answers_generating") != 0:
+        assert time.monotonic() < deadline, "closed streams stayed in the batch"
+        time.sleep(0.05)
+
+
 def test_a_client_that_disconnects_cancels_its_generation(api):
     cancelled = _metric(api, "demo_chat_completions_total", finish_reason="cancelled")
     body = {"model": MODEL, "stream": True, "max_tokens": 400, "temperature": 0,

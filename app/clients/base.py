@@ -135,6 +135,25 @@ class Capabilities:
     structured_output: bool = True  # honours ResponseFormat (and forced tool calls) with constrained decoding
 
 
+@dataclass(frozen=True)
+class ModelActivity:
+    """What a loaded local model is doing for all sessions at this moment."""
+
+    generating: int  # answers being written now (together, where the backend batches them)
+    waiting: int  # answers that wait for room
+    at_once: int  # the most it writes together (1: one after another)
+
+    def describe(self) -> str:
+        together = f"up to {self.at_once} answers together" if self.at_once > 1 else "one answer at a time"
+        if not self.generating and not self.waiting:
+            return f"The model is idle (it writes {together})."
+        text = f"The model is writing {self.generating} answer{'s' if self.generating != 1 else ''}"
+        text += " at once" if self.generating > 1 else ""
+        if self.waiting:
+            text += f"; {self.waiting} more waiting"
+        return f"{text} ({together})."
+
+
 @dataclass
 class Delta:
     """One step of a streamed answer.
@@ -185,6 +204,11 @@ class Client(Protocol):
         Text deltas never contain tool-call text. The last delta has the finish reason: "stop", "length" (cut at
         the token limit: a forced call cut so comes as fragments only), "tool_calls" (with the calls) or
         "cancelled". Raises ClientError, with what to do, for a request the backend cannot serve."""
+        ...
+
+    def activity(self) -> ModelActivity | None:
+        """How many answers (of every session) the model is writing and how many wait; None where the backend does
+        not know (a remote server)."""
         ...
 
     def close(self) -> None:

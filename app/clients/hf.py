@@ -1,10 +1,12 @@
-"""Hugging Face transformers backend: one model per process, answers streamed from one generation thread.
+"""Hugging Face transformers backend: one model per process, shared by every session.
 
-Concurrent sessions queue up (a CPU has nothing to gain from interleaving two generate calls); a waiting
-session is told so and can still cancel while it waits. Every generate() runs on the same long-lived thread:
-torch's CPU kernels keep per-thread OpenMP state, and a fresh thread per answer, or answers alternating between
-threads, measurably slowed decoding (bench/stream_overhead.py). Everything else about streaming is shared by
-all backends (app/clients/streaming.py).
+Text models whose cache can be batched decode the answers of all sessions together (continuous batching,
+app/clients/hf_batch.py): a second session does not wait for the first one's whole answer. Other models (vision-
+language models, sliding-window or linear-attention caches) and DEMO_HF_MAX_BATCH=1 answer one after another with
+generate(), on one long-lived thread; a waiting session is told so and can still cancel while it waits. torch's
+CPU kernels keep per-thread OpenMP state: a fresh thread per answer, or answers alternating between threads,
+measurably slowed decoding (bench/stream_overhead.py). Everything else about streaming is shared by all backends
+(app/clients/streaming.py).
 """
 
 from __future__ import annotations
@@ -23,14 +25,15 @@ from transformers import (
     AutoModelForImageTextToText,
     AutoTokenizer,
     LogitsProcessorList,
-    RepetitionPenaltyLogitsProcessor,
     StoppingCriteria,
     StoppingCriteriaList,
 )
 
-from app.clients.base import ClientError
+from app.clients.base import ClientError, ModelActivity
 from app.clients.chat_template import ChatTemplate, LocalTemplateClient, PreparedPrompt
 from app.clients.constrained import ConstrainedDecoding
+from app.clients.hf_batch import BatchedDecoder, BatchedReply, can_batch
+from app.clients.hf_sampling import TokenPicker, answer_processors, suppressed_tokens, torch_seed
 from app.clients.incremental_streamer import IncrementalTextStreamer
 from app.clients.streaming import EngineFeed, EngineOutput, EngineRequest
 from app.clients.vision import is_vision_config, load_processor
@@ -52,6 +55,10 @@ class GenerationQueue:
     def busy(self) -> bool:
         with self._lock:
             return self._unfinished > 0
+
+    def activity(self) -> ModelActivity:
+        with self._lock:
+            return ModelActivity(generating=min(self._unfinished, 1), waiting=max(self._unfinished - 1, 0), at_once=1)
 
     def submit(self, job: Callable[..., T], *args: Any) -> Future[T]:
         with self._lock:
@@ -77,12 +84,6 @@ class CancelCriteria(StoppingCriteria):
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
         stop = any(event.is_set() for event in self.events)
         return torch.full((input_ids.shape[0],), stop, dtype=torch.bool, device=input_ids.device)
-
-
-def torch_seed(seed: int) -> int:
-    """`seed` in the range torch.manual_seed accepts (unsigned 64 bits), so that no integer fails a generation.
-    torch already reads a negative seed modulo 2**64, so seeds it accepted keep their meaning."""
-    return seed % 2**64
 
 
 def resolve_device(requested: str) -> str:
@@ -161,7 +162,12 @@ class HFClient(LocalTemplateClient):
         self.template = ChatTemplate(tokenizer, eos if isinstance(eos, list) else [eos], self._context_window(tokenizer),
                                      processor)
         self._constrained = ConstrainedDecoding(self.tokenizer, self.model, self.stop_token_ids)
-        self.queue = GenerationQueue()
+        self.decoder: BatchedDecoder | None = None
+        self.queue: GenerationQueue | None = None
+        if settings.hf_max_batch > 1 and processor is None and can_batch(self.model):
+            self.decoder = BatchedDecoder(self.model, settings.hf_max_batch, settings.hf_prefill_chunk)
+        else:
+            self.queue = GenerationQueue()
         log.info("Loaded %s on %s (%s), context %d", self.model_path, self.device, dtype, self.context_window)
 
     # ----- derived model facts -------------------------------------------------------------------------
@@ -180,33 +186,49 @@ class HFClient(LocalTemplateClient):
     def describe(self) -> str:
         name = self.model_path.name
         template = ", generic chat template" if self.template.uses_fallback_template else ""
-        return f"transformers · {name} · {self.device} · {self.model.dtype}{template} · context {self.context_window}"
+        batching = f" · batches of {self.decoder.max_batch}" if self.decoder is not None else ""
+        return (f"transformers · {name} · {self.device} · {self.model.dtype}{template} · context {self.context_window}"
+                f"{batching}")
+
+    def activity(self) -> ModelActivity:
+        return self.decoder.activity() if self.decoder is not None else self._generate_queue().activity()
+
+    def _generate_queue(self) -> GenerationQueue:
+        assert self.queue is not None, "this model decodes in batches"
+        return self.queue
 
     # ----- generation ------------------------------------------------------------------------------------
 
     def engine_request(self, prompt: PreparedPrompt, cancel: threading.Event) -> EngineRequest:
+        if self.model is None:
+            raise ClientError("The model was unloaded; load it again.")
+        if self.decoder is not None:
+            return _BatchedGeneration(self, self.decoder, prompt, cancel)
         return _Generation(self, prompt, cancel)
 
     def engine_error(self, error: BaseException) -> ClientError:
         return ClientError(f"Generation failed: {error}")
 
-    def _logits_processors(self, grammar: str | None) -> list[Any]:
+    def grammar_processors(self, grammar: str | None) -> LogitsProcessorList:
         if grammar is None:
-            return []
+            return LogitsProcessorList()
         try:
-            return list(self._constrained.logits_processors(grammar))
+            return self._constrained.logits_processors(grammar)
         except Exception as exc:  # a schema the grammar engine cannot compile
             raise ClientError(f"Could not build the grammar for this reply: {exc}") from exc
 
+    def token_picker(self, prompt: PreparedPrompt) -> TokenPicker:
+        """How the batched decoder picks this reply's tokens: what generate_kwargs asks generate() for."""
+        return TokenPicker(
+            prompt.params, len(prompt.token_ids), prompt.max_new_tokens, self.grammar_processors(prompt.grammar),
+            suppressed_tokens(self.model.generation_config, self.stop_token_ids, prompt.grammar is not None),
+            self.stop_token_ids, self.model.device,
+        )
+
     def generate_kwargs(self, prompt: PreparedPrompt) -> dict[str, Any]:
         """generate()'s settings for `prompt`, short of the streamer and the stopping criteria."""
-        params, max_new_tokens, prompt_length = prompt.params, prompt.max_new_tokens, len(prompt.token_ids)
-        processors = LogitsProcessorList(self._logits_processors(prompt.grammar))
-        if params.repetition_penalty != 1.0:
-            # On the answer's own tokens only. transformers' default counts the prompt's too, which keeps a model
-            # from quoting a tool result: SmolLM2 at 1.1 answered "17 × 23 ≡ 45" after the calculator said 391.
-            processors.append(RepetitionPenaltyLogitsProcessor(params.repetition_penalty,
-                                                               prompt_ignore_length=prompt_length))
+        params, max_new_tokens = prompt.params, prompt.max_new_tokens
+        processors = answer_processors(params, len(prompt.token_ids), self.grammar_processors(prompt.grammar))
         kwargs: dict[str, Any] = {
             "max_new_tokens": max_new_tokens,
             "eos_token_id": self.stop_token_ids or None,
@@ -224,10 +246,8 @@ class HFClient(LocalTemplateClient):
         if params.ignore_eos:
             kwargs["min_new_tokens"] = max_new_tokens
         if prompt.grammar is not None:
-            # Once the grammar is complete it allows only stop tokens: they must not be suppressed too, or every
-            # token would be masked.
-            suppressed = self.model.generation_config.suppress_tokens or []
-            kwargs["suppress_tokens"] = [t for t in suppressed if t not in self.stop_token_ids] or None
+            kwargs["suppress_tokens"] = suppressed_tokens(self.model.generation_config, self.stop_token_ids,
+                                                          constrained=True) or None
         input_ids = torch.tensor([prompt.token_ids], device=self.model.device)
         kwargs.update(input_ids=input_ids, attention_mask=torch.ones_like(input_ids))
         for name, tensor in prompt.encoded.image_inputs.items():  # pixel_values and the like, for the vision tower
@@ -237,7 +257,10 @@ class HFClient(LocalTemplateClient):
         return kwargs
 
     def close(self) -> None:
-        self.queue.shutdown()
+        if self.decoder is not None:
+            self.decoder.close()
+        if self.queue is not None:
+            self.queue.shutdown()
         self.model = None  # type: ignore[assignment]
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
@@ -253,9 +276,10 @@ class _Generation:
         self.job: Future[None] | None = None
 
     def start(self, feed: EngineFeed) -> None:
-        if self.client.queue.busy():
+        queue = self.client._generate_queue()
+        if queue.busy():
             feed.put(EngineOutput(notice="Waiting for another session's answer to finish..."))
-        self.job = self.client.queue.submit(self._run, feed)
+        self.job = queue.submit(self._run, feed)
 
     def abort(self) -> None:
         self.aborted.set()  # a running generate() ends at its next token
@@ -289,3 +313,22 @@ class _Generation:
         if streamer.completion_tokens >= self.prompt.max_new_tokens:
             return "length"
         return None
+
+
+class _BatchedGeneration:
+    """One reply in the client's batched decoder, next to the answers of other sessions."""
+
+    def __init__(self, client: HFClient, decoder: BatchedDecoder, prompt: PreparedPrompt,
+                 cancel: threading.Event) -> None:
+        self.decoder = decoder
+        self.aborted = threading.Event()
+        # Built here, so that a grammar error reaches the caller at once.
+        self.reply = BatchedReply(prompt.token_ids, prompt.max_new_tokens, client.token_picker(prompt),
+                                  client.tokenizer, client.stop_token_ids, cancel, self.aborted)
+
+    def start(self, feed: EngineFeed) -> None:
+        self.decoder.submit(self.reply, feed)
+
+    def abort(self) -> None:
+        self.aborted.set()  # it leaves the batch at the next step; one still waiting never starts
+        self.decoder.wake()

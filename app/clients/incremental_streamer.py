@@ -18,15 +18,16 @@ REPLACEMENT_CHAR = "\ufffd"
 
 
 class IncrementalTextStreamer(BaseStreamer):
-    """Calls `emit(text, new_tokens)` from the generating thread for every generated step."""
+    """Calls `emit(text, new_tokens)` from the generating thread for every generated step. generate() hands over
+    the prompt first, which is skipped; a caller that passes only new tokens says `prompt_first=False`."""
 
-    def __init__(self, tokenizer: Any, emit: Callable[[str, int], None]) -> None:
+    def __init__(self, tokenizer: Any, emit: Callable[[str, int], None], prompt_first: bool = True) -> None:
         self.tokenizer = tokenizer
         self._emit = emit
         self._ids: list[int] = []
         self._prefix_offset = 0
         self._read_offset = 0
-        self._prompt_seen = False
+        self._prompt_seen = not prompt_first
         self.last_token_id: int | None = None
 
     @property

@@ -146,6 +146,9 @@ class OpenAIClient:
         yield from stream_engine(_HTTPStream(self.sdk, request), processor, cancel, AnswerMetrics(),
                                  lambda exc: _friendly(exc, self.base_url, self.model), started)
 
+    def activity(self) -> None:
+        return None  # the server's own business (and other clients share it)
+
     def close(self) -> None:
         self.sdk.close()
 

@@ -98,7 +98,7 @@ def stream_engine(
     messages are the caller's to fill in; time to first token counts from `started`, default now). An engine
     failure is raised as `to_client_error(failure)`. Stop (`cancel`), a matched stop string and a consumer that
     stops reading all abort the engine."""
-    reply = _Reply(processor, metrics, started if started is not None else time.perf_counter())
+    reply = _Reply(processor, metrics, started if started is not None else time.perf_counter(), cancel)
     feed = EngineFeed()
     engine.start(feed)
     try:
@@ -120,8 +120,9 @@ def stream_engine(
 class _Reply:
     """What has been read of one reply: timing, the engine's own finish reason, whether the engine is done."""
 
-    def __init__(self, processor: ResponseProcessor, metrics: AnswerMetrics, started: float) -> None:
-        self.processor, self.metrics, self.started = processor, metrics, started
+    def __init__(self, processor: ResponseProcessor, metrics: AnswerMetrics, started: float,
+                 cancel: threading.Event) -> None:
+        self.processor, self.metrics, self.started, self.cancel = processor, metrics, started, cancel
         self.first: float | None = None
         self.last: float | None = None
         self.engine_reason: str | None = None
@@ -173,7 +174,11 @@ class _Reply:
 
     @property
     def cancelled(self) -> bool:
-        return not self.ended and not self.processor.stopped
+        """Stopped before the end: by the consumer, or by an engine that saw Stop first and ended without a
+        reason of its own."""
+        if self.processor.stopped:
+            return False
+        return not self.ended or (self.engine_reason is None and self.cancel.is_set())
 
     def close(self) -> None:
         """Timing, and "cancelled" already: a consumer that stops reading never sees the last delta."""

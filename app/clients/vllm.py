@@ -18,7 +18,7 @@ import threading
 import uuid
 from typing import Any
 
-from app.clients.base import ClientError
+from app.clients.base import ClientError, ModelActivity
 from app.clients.chat_template import ChatTemplate, LocalTemplateClient, PreparedPrompt
 from app.clients.streaming import EngineFeed, EngineOutput, EngineRequest
 from app.clients.vision import is_vision_config, load_processor
@@ -61,6 +61,8 @@ class VLLMClient(LocalTemplateClient):
 
         self.settings = settings
         self.model_path = resolve_model_path(settings.model_path)
+        self._in_flight = 0  # requests of this process in the engine (activity())
+        self._in_flight_lock = threading.Lock()
         try:
             tokenizer = AutoTokenizer.from_pretrained(self.model_path)
             config = AutoConfig.from_pretrained(self.model_path)
@@ -133,6 +135,13 @@ class VLLMClient(LocalTemplateClient):
     def engine_request(self, prompt: PreparedPrompt, cancel: threading.Event) -> EngineRequest:
         return _Request(self, prompt)
 
+    def activity(self) -> ModelActivity:
+        """The requests of this process in the engine; vLLM's scheduler batches them (and queues past its limit)."""
+        scheduler = getattr(getattr(self.engine, "vllm_config", None), "scheduler_config", None)
+        with self._in_flight_lock:
+            return ModelActivity(generating=self._in_flight, waiting=0,
+                                 at_once=int(getattr(scheduler, "max_num_seqs", 0) or 1))
+
     def engine_error(self, error: BaseException) -> ClientError:
         return ClientError(f"vLLM failed: {error}")
 
@@ -167,6 +176,8 @@ class _Request:
         asyncio.run_coroutine_threadsafe(self.client.engine.abort(self.request_id), self.client.loop)
 
     async def _produce(self, feed: EngineFeed) -> None:
+        with self.client._in_flight_lock:
+            self.client._in_flight += 1
         try:
             encoded = self.prompt.encoded
             request: dict[str, Any] = {"prompt_token_ids": self.prompt.token_ids}
@@ -179,4 +190,6 @@ class _Request:
         except Exception as exc:  # reported to the consumer, never lost in the loop
             feed.fail(exc)
         finally:
+            with self.client._in_flight_lock:
+                self.client._in_flight -= 1
             feed.close()

@@ -47,13 +47,22 @@ _VISION_LABELS = {
 }
 
 
+_ACTIVITY_HELP = ("Every browser tab and API request shares the one loaded model. The transformers backend writes up "
+                  "to DEMO_HF_MAX_BATCH answers together (continuous batching), vLLM batches them itself; this is "
+                  "how many it was writing when the page was drawn.")
+
+
 def show_model(client: Client | None, detail: str = "") -> None:
-    """Under the page title, the loaded model; in the sidebar, whether it can see images."""
+    """Under the page title, the loaded model; in the sidebar, whether it can see images and how many answers (of
+    every session) it is writing now."""
     if client is None:
         return
     st.caption(client.describe() + detail)
     with page_section():
         st.caption(_VISION_LABELS[client.capabilities.vision])
+        activity = client.activity()
+        if activity is not None:
+            st.caption(":material/groups: " + activity.describe(), help=_ACTIVITY_HELP)
 
 
 def render_history(conversation: Conversation, transform: Callable[[str], str] | None = None) -> None:
