@@ -218,7 +218,7 @@ def test_a_consumer_that_goes_away_leaves_the_batch(tiny_client):
 
 def test_forced_calls_and_json_replies_keep_their_grammar_inside_the_batch(tiny_client):
     tools = ToolRequest((CALCULATOR,), choice="calculator")
-    sampled = [GenerationParams(temperature=1.0, max_new_tokens=120, seed=seed) for seed in range(3)]
+    sampled = [GenerationParams(temperature=1.0, max_new_tokens=3000, seed=seed) for seed in range(3)]
     jobs = [*(lambda p=p: collect(tiny_client, question(2), p, tools=tools) for p in sampled),
             *(lambda p=p: collect(tiny_client, question(3), p, response_format=ResponseFormat("json_schema", SHIRT))
               for p in sampled),
