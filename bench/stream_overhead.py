@@ -89,7 +89,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
 
-    client = HFClient(ModelSettings(model_path=args.model))
+    # The generate() path (answers one after another), which the raw run calls too; bench/concurrency.py compares
+    # it with continuous batching.
+    client = HFClient(ModelSettings(model_path=args.model, hf_max_batch=1))
     print(f"model: {client.describe()}; {args.tokens} new tokens, EOS ignored, {args.runs} runs each, "
           f"torch threads {torch.get_num_threads()}")
     raw_run(client, 16), client_run(client, 16)  # warm-up: first-call allocations and kernel selection

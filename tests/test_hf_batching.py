@@ -311,3 +311,57 @@ def test_smollm2_eight_concurrent_greedy_answers_equal_their_lone_answers(smol_b
     print(f"SmolLM2: {identical} of 8 concurrent answers identical to their lone answers over 128 tokens")
     assert identical >= 7
     assert all(tokens == 128 for _, _, tokens in together)
+
+
+def test_a_failure_outside_one_reply_fails_the_batch_and_the_decoder_goes_on(tiny_model_dir, monkeypatch):
+    client = HFClient(ModelSettings(model_path=str(tiny_model_dir), device="cpu"))
+
+    def broken(self, rows):
+        raise RuntimeError("device lost (simulated by the test)")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(BatchCache, "keep", broken)  # runs when a reply leaves the batch, outside any reply's own try
+
+        def failing() -> str:
+            with pytest.raises(ClientError, match="device lost"):
+                collect(client, question(2), GREEDY)
+            return "failed"
+
+        short, long = at_once([lambda: outcome(client, question(1), GenerationParams(temperature=0.0, max_new_tokens=5)),
+                               failing])
+        assert long == "failed"
+    assert short[1] == "length"  # it had ended: its leaving broke the batch, which the other reply learns
+    assert outcome(client, question(1))[1] == "length"
+    client.close()
+
+
+def test_a_client_that_is_dropped_stops_its_decoding_thread(tiny_model_dir):
+    import gc
+    import weakref
+
+    client = HFClient(ModelSettings(model_path=str(tiny_model_dir), device="cpu"))
+    outcome(client, question(1))
+    thread = client.decoder._thread
+    decoder = weakref.ref(client.decoder)
+    del client
+    gc.collect()
+    thread.join(10)
+    assert not thread.is_alive() and decoder() is None
+
+
+@pytest.mark.parametrize("change", ["min_p", "dynamic rope", "sliding window"])
+def test_models_the_batched_decoder_would_change_answer_one_after_another(tiny_model_dir, change):
+    from app.clients.hf_batch import can_batch
+
+    client = HFClient(ModelSettings(model_path=str(tiny_model_dir), device="cpu", hf_max_batch=1))
+    model = client.model
+    assert can_batch(model)
+    if change == "min_p":
+        model.generation_config.min_p = 0.05  # generate() would apply it; the batched sampler does not
+    elif change == "dynamic rope":
+        model.config.rope_parameters = {**model.config.rope_parameters, "rope_type": "dynamic", "factor": 2.0}
+    else:
+        model.config.use_sliding_window, model.config.sliding_window = True, 64
+        model.config.layer_types = ["sliding_attention"] * model.config.num_hidden_layers
+    assert not can_batch(model)
+    client.close()

@@ -58,9 +58,10 @@ class BatchCache:
         mask = self.mask.index_select(0, index)
         first = int(mask.any(dim=0).int().argmax())  # the first column some row still uses
         self.mask = mask[:, first:]
-        for layer in self.cache.layers:
-            layer.keys = layer.keys.index_select(0, index)[..., first:, :]
-            layer.values = layer.values.index_select(0, index)[..., first:, :]
+        for layer in self.cache.layers:  # a model spread over several GPUs has its layers on several devices
+            rows_here = index.to(layer.keys.device)
+            layer.keys = layer.keys.index_select(0, rows_here)[..., first:, :]
+            layer.values = layer.values.index_select(0, rows_here)[..., first:, :]
 
     def grow(self) -> torch.Tensor:
         """The mask for a decode step: one more real column for the token every row feeds now."""

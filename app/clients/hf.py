@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -166,6 +167,9 @@ class HFClient(LocalTemplateClient):
         self.queue: GenerationQueue | None = None
         if settings.hf_max_batch > 1 and processor is None and can_batch(self.model):
             self.decoder = BatchedDecoder(self.model, settings.hf_max_batch, settings.hf_prefill_chunk)
+            # Its thread stops when this client is closed, collected or the interpreter exits (a thread killed
+            # inside a torch kernel at exit aborts the process: "terminate called without an active exception").
+            weakref.finalize(self, self.decoder.close)
         else:
             self.queue = GenerationQueue()
         log.info("Loaded %s on %s (%s), context %d", self.model_path, self.device, dtype, self.context_window)

@@ -17,11 +17,10 @@ Every forward pass runs on one long-lived thread (torch's CPU kernels keep per-t
 
 from __future__ import annotations
 
-import atexit
+import functools
 import inspect
 import logging
 import threading
-import weakref
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
@@ -38,37 +37,44 @@ from app.clients.streaming import EngineFeed, EngineOutput
 log = logging.getLogger(__name__)
 
 
-class RowsTimesWeightHead(torch.nn.Module):
-    """The model's output layer, computed as weight @ hidden.T instead of hidden @ weight.T: the same numbers, but
-    on CPU MKL runs the vocabulary-wide product about 2x faster this way for 1 to 8 rows (SmolLM2's 49152 x 576
-    head, 2-core AVX-512: 9.6 -> 4.8 ms for one row, 17.6 -> 7.5 ms for eight), and the head is the largest
-    matrix of a small model. The weight stays the original parameter (tied embeddings stay tied)."""
-
-    def __init__(self, linear: torch.nn.Linear) -> None:
-        super().__init__()
-        self.linear = linear
-
-    @property
-    def weight(self) -> torch.nn.Parameter:
-        return self.linear.weight
-
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        rows = hidden.reshape(-1, hidden.shape[-1])
-        logits = torch.matmul(self.linear.weight, rows.T).T
-        if self.linear.bias is not None:
-            logits = logits + self.linear.bias
-        return logits.reshape(*hidden.shape[:-1], logits.shape[-1])
+def _rows_times_weight(linear: torch.nn.Linear, hidden: torch.Tensor) -> torch.Tensor:
+    """`linear(hidden)` computed as weight @ hidden.T instead of hidden @ weight.T (see use_faster_cpu_head)."""
+    rows = hidden.reshape(-1, hidden.shape[-1])
+    logits = torch.matmul(linear.weight, rows.T).T
+    if linear.bias is not None:
+        logits = logits + linear.bias
+    return logits.reshape(*hidden.shape[:-1], logits.shape[-1])
 
 
 def use_faster_cpu_head(model: Any) -> None:
-    """On CPU, swap a plain linear output layer for RowsTimesWeightHead (see there); elsewhere change nothing."""
+    """On CPU, compute a plain linear output layer as weight @ hidden.T: the same products, but MKL runs the
+    vocabulary-wide one about 2x faster this way for 1 to 8 rows (SmolLM2's 49152 x 576 head, 2-core AVX-512: 9.6 ->
+    4.8 ms for one row, 17.6 -> 7.5 ms for eight), and the head is the largest matrix of a small model. Only the
+    layer's forward changes: its parameters, their names and their tying stay as they are."""
     head = model.get_output_embeddings()
     if model.device.type == "cpu" and type(head) is torch.nn.Linear:
-        model.set_output_embeddings(RowsTimesWeightHead(head))
+        head.forward = functools.partial(_rows_times_weight, head)
+
+
+# Sampling settings a generation_config.json may hold that the batched sampler does not apply (generate() does):
+# such a model answers one request at a time instead, so that its replies stay what its config asks for.
+_UNBATCHED_GENERATION_SETTINGS = {"min_p": None, "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0,
+                                  "no_repeat_ngram_size": 0, "bad_words_ids": None, "begin_suppress_tokens": None,
+                                  "sequence_bias": None, "min_length": 0, "min_new_tokens": None}
 
 
 def can_batch(model: Any) -> bool:
-    """A text model whose cache is full attention in every layer (see batch_cache.is_plain_cache)."""
+    """A text model whose cache is full attention in every layer (see batch_cache.is_plain_cache), whose rotary
+    embedding does not depend on the batch's longest row (dynamic and longrope scaling do), and whose
+    generation_config.json asks for nothing the batched sampler leaves out."""
+    config = model.config.get_text_config()
+    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    if isinstance(rope, dict) and rope.get("rope_type", rope.get("type")) in ("dynamic", "longrope"):
+        return False
+    generation = model.generation_config
+    if any(getattr(generation, name, default) not in (default, None) for name, default in
+           _UNBATCHED_GENERATION_SETTINGS.items()):
+        return False
     try:
         return is_plain_cache(DynamicCache(config=model.config))
     except Exception:  # a config the cache cannot read: decode alone, with generate()
@@ -123,22 +129,19 @@ class BatchedReply:
             return
         self.done = True
         self.cache = None
-        if self.feed is not None:
+        if self.feed is None:
+            return
+        try:
             if reason is not None and self.streamer is not None:
                 self.streamer.end()
                 self.feed.put(EngineOutput(finish_reason=reason))
+        finally:
             self.feed.close()
 
     def fail(self, error: BaseException) -> None:
         if not self.done and self.feed is not None:
             self.feed.fail(error)
         self.end(None)
-
-
-def _close_if_alive(decoder: weakref.ref[BatchedDecoder]) -> None:
-    alive = decoder()
-    if alive is not None:
-        alive.close()
 
 
 class BatchedDecoder:
@@ -158,16 +161,13 @@ class BatchedDecoder:
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="hf-batch", daemon=True)
         self._thread.start()
-        # Stopped before the interpreter tears down (a daemon thread killed inside a torch kernel aborts the process
-        # with "terminate called without an active exception"); a weak reference, so an unloaded model is freed.
-        atexit.register(_close_if_alive, weakref.ref(self))
 
     # ----- the consumers' side -----------------------------------------------------------------------------
 
     def submit(self, reply: BatchedReply, feed: EngineFeed) -> None:
         reply.attach(feed)
         with self._wake:
-            if self._closed:
+            if self._closed or not self._thread.is_alive():
                 raise ClientError("The model was unloaded; load it again.")
             ahead = len(self._decoding) + len(self._prefilling) + len(self._waiting)
             if ahead >= self.max_batch:
@@ -203,15 +203,25 @@ class BatchedDecoder:
                 if self._closed:
                     break
                 self._admit()
-            self._drop_cancelled()
-            with torch.inference_mode():
-                if self._prefilling:
-                    self._prefill_step()
-                if self._decoding:
-                    self._decode_step()
-        unloaded = ClientError("The model was unloaded while it answered; send the message again.")
-        for reply in [*self._waiting, *self._prefilling, *self._decoding]:
-            reply.fail(unloaded)
+            try:
+                self._drop_cancelled()
+                with torch.inference_mode():
+                    if self._prefilling:
+                        self._prefill_step()
+                    if self._decoding:
+                        self._decode_step()
+            except Exception as exc:  # outside one reply's own failure (memory, a device error): fail them all
+                log.exception("The batched decoder failed; failing its replies and going on")
+                self._fail_all(exc)
+        self._fail_all(ClientError("The model was unloaded while it answered; send the message again."))
+
+    def _fail_all(self, error: BaseException) -> None:
+        with self._wake:
+            replies = [*self._waiting, *self._prefilling, *self._decoding]
+            self._waiting.clear()
+            self._prefilling, self._decoding, self._batch = [], [], BatchCache()
+        for reply in replies:
+            reply.fail(error)
 
     def _admit(self) -> None:
         """Waiting replies that were cancelled go; the others start while the batch has room."""
