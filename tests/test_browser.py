@@ -26,7 +26,7 @@ def test_chat_streams_an_answer_and_can_be_stopped(app_url, browser):
     box.fill("What is the capital of France? Answer in one sentence.")
     box.press("Enter")
     answer = page.locator('[data-testid="stChatMessage"]').nth(1)
-    answer.get_by_text("tok/s").wait_for(timeout=120_000)
+    answer.get_by_text("tok/s").first.wait_for(timeout=120_000)
     assert "Paris" in answer.inner_text()
     page.screenshot(path=str(ARTIFACTS / "chat.png"), full_page=False)
 
@@ -55,6 +55,25 @@ def test_chat_streams_an_answer_and_can_be_stopped(app_url, browser):
     page.close()
 
 
+def ask_with_a_forced_call(page, tool: str, question: str):
+    """On a Tools page: greedy, `tool` forced, `question` sent; the answer's bubble once the call's card and the
+    answer after it are finished and the page has redrawn."""
+    sidebar = page.get_by_test_id("stSidebar")
+    sidebar.get_by_role("slider").first.focus()
+    page.keyboard.press("Home")  # temperature 0: greedy
+    choose(page, sidebar.get_by_test_id("stSelectbox").filter(has_text="Tool choice"), tool)
+    box = page.get_by_test_id("stChatInputTextArea")
+    box.fill(question)
+    box.press("Enter")
+    answer = page.locator('[data-testid="stChatMessage"]').nth(1)
+    answer.get_by_text(f"{tool} ·").wait_for(timeout=180_000)  # the finished card's label
+    answer.get_by_text("tok/s").nth(1).wait_for(timeout=120_000)  # the answer after the call
+    # The page redraws once after the turn, which would close a card opened before it (seen on a loaded machine).
+    page.wait_for_timeout(1500)
+    page.get_by_test_id("stStatusWidget").wait_for(state="hidden", timeout=30_000)
+    return answer
+
+
 def choose(page, selectbox, option):
     """Pick a selectbox option; a rerun still in flight can close the list, so try again if it does."""
     for _ in range(5):
@@ -78,19 +97,7 @@ def test_tools_page_shows_a_tool_call_card_and_the_answer(app_url, browser):
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     page.goto(f"{app_url}/tools")
     page.get_by_text("SmolLM2-135M-Instruct").first.wait_for(timeout=120_000)
-    sidebar = page.get_by_test_id("stSidebar")
-    sidebar.get_by_role("slider").first.focus()
-    page.keyboard.press("Home")  # temperature 0: greedy
-    choose(page, sidebar.get_by_test_id("stSelectbox").filter(has_text="Tool choice"), "calculator")
-    box = page.get_by_test_id("stChatInputTextArea")
-    box.fill("What is 17 * 23?")
-    box.press("Enter")
-    answer = page.locator('[data-testid="stChatMessage"]').nth(1)
-    answer.get_by_text("calculator ·").wait_for(timeout=120_000)  # the finished card's label
-    answer.get_by_text("tok/s").nth(1).wait_for(timeout=120_000)  # the answer after the call
-    # The page redraws once after the turn, which would close a card opened before it (seen on a loaded machine).
-    page.wait_for_timeout(1500)
-    page.get_by_test_id("stStatusWidget").wait_for(state="hidden", timeout=30_000)
+    answer = ask_with_a_forced_call(page, "calculator", "What is 17 * 23?")
     card = answer.get_by_test_id("stExpander").first
     card.click()  # open the card: arguments and result
     card.get_by_text("17 * 23 = 391").wait_for(timeout=10_000)
@@ -210,7 +217,7 @@ def test_chat_a_picture_to_a_text_only_model_is_shown_refused_clearly_and_its_te
     page.mouse.move(700, 5)
     page.screenshot(path=str(ARTIFACTS / "vision-refused.png"), full_page=False)
     button.click()
-    answer.get_by_text("tok/s").wait_for(timeout=120_000)
+    answer.get_by_text("tok/s").first.wait_for(timeout=120_000)
     assert answer.get_by_text("This model cannot see images").count() == 0
     assert question.get_by_test_id("stImage").count() == 1  # the picture stays in the conversation
     page.close()

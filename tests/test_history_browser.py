@@ -31,7 +31,7 @@ def send(page, text: str, answers_before: int) -> None:
     box.fill(text)
     box.press("Enter")
     bubbles = page.locator('[data-testid="stChatMessage"]')
-    bubbles.nth(2 * answers_before + 1).get_by_text("tok/s").wait_for(timeout=120_000)
+    bubbles.nth(2 * answers_before + 1).get_by_text("tok/s").first.wait_for(timeout=120_000)
     page.wait_for_timeout(1500)  # the page redraws once after the turn
 
 

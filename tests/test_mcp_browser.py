@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from tests.helpers import ARTIFACTS, streamlit_app
-from tests.test_browser import choose
+from tests.test_browser import ask_with_a_forced_call
 
 SERVER = Path(__file__).parent / "mcp_servers" / "demo_server.py"
 
@@ -26,18 +26,8 @@ def test_the_model_calls_an_mcp_tool_and_answers_from_its_result(smollm2_dir, br
         page.get_by_text("SmolLM2-135M-Instruct").first.wait_for(timeout=120_000)
         sidebar = page.get_by_test_id("stSidebar")
         sidebar.get_by_text("connected · 11 tools").wait_for(state="attached", timeout=60_000)  # in its section
-        sidebar.get_by_role("slider").first.focus()
-        page.keyboard.press("Home")  # temperature 0: greedy
         # paint(color: "red" | "green" | "blue", coats: int, note: str): the call is constrained to that schema.
-        choose(page, sidebar.get_by_test_id("stSelectbox").filter(has_text="Tool choice"), "paint")
-        box = page.get_by_test_id("stChatInputTextArea")
-        box.fill("Paint the kitchen wall blue, with two coats.")
-        box.press("Enter")
-        answer = page.locator('[data-testid="stChatMessage"]').nth(1)
-        answer.get_by_text("paint ·").wait_for(timeout=180_000)  # the call's card, finished
-        answer.get_by_text("tok/s").nth(1).wait_for(timeout=120_000)  # and the answer after it
-        page.wait_for_timeout(1500)  # the page redraws once after the turn (it would close a card opened before)
-        page.get_by_test_id("stStatusWidget").wait_for(state="hidden", timeout=30_000)
+        answer = ask_with_a_forced_call(page, "paint", "Paint the kitchen wall blue, with two coats.")
         card = answer.get_by_test_id("stExpander").first
         card.click()
         card.get_by_text("coat(s) of").first.wait_for(timeout=10_000)  # the MCP server's result

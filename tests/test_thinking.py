@@ -246,7 +246,7 @@ def test_in_a_real_browser_the_thought_streams_into_its_section_and_opens_on_cli
         box.fill("What is 2 + 2?")
         box.press("Enter")
         answer = page.locator('[data-testid="stChatMessage"]').nth(1)
-        answer.get_by_text("tok/s").wait_for(timeout=60_000)
+        answer.get_by_text("tok/s").first.wait_for(timeout=60_000)
         page.wait_for_timeout(1500)  # the page redraws once after the turn
         page.get_by_test_id("stStatusWidget").wait_for(state="hidden", timeout=30_000)
         section = answer.get_by_test_id("stExpander")

@@ -30,7 +30,7 @@ def test_a_picture_is_shown_in_the_chat_and_the_vision_model_answers(vlm_app_url
     image = question.get_by_test_id("stImage")
     image.wait_for(timeout=30_000)
     assert "sunset.png" in question.inner_text()  # its caption
-    answer.get_by_text("tok/s").wait_for(timeout=120_000)
+    answer.get_by_text("tok/s").first.wait_for(timeout=120_000)
     assert answer.get_by_test_id("stAlert").count() == 0  # an answer, not an error
     assert image.locator("img").evaluate("img => img.naturalWidth") == 480
     page.screenshot(path=str(ARTIFACTS / "vision.png"), full_page=False)
