@@ -29,70 +29,25 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.server_overhead import IgnoreEOSClient, start_our_server  # noqa: E402
+from bench.timing import Sample, time_client_stream, time_server_stream  # noqa: E402
 
 TOPICS = ["a lighthouse keeper and a storm", "a robot who learns to paint", "two rival bakers in Paris",
           "a lost dog finding its way home", "the first city on Mars", "a dragon afraid of heights",
           "a detective in a floating city", "a violin that plays by itself"]
 
 
-@dataclass
-class Sample:
-    sent: float
-    first: float
-    last: float
-    tokens: int
-
-    @property
-    def ttft(self) -> float:
-        return self.first - self.sent
-
-    @property
-    def decode_tps(self) -> float:
-        return (self.tokens - 1) / (self.last - self.first) if self.last > self.first else float("nan")
-
-
 Stream = Callable[[list[dict[str, str]], int], Sample]
 
 
 def client_stream(client) -> Stream:
-    from app.clients.base import GenerationParams
-
-    def run(messages: list[dict[str, str]], tokens: int) -> Sample:
-        params = GenerationParams(temperature=0.0, max_new_tokens=tokens, ignore_eos=True)
-        sent = time.perf_counter()
-        first = last = None
-        final = None
-        for delta in client.stream(messages, params, threading.Event()):
-            if delta.text:
-                last = time.perf_counter()
-                first = first or last
-            final = delta
-        assert final is not None and first is not None and last is not None
-        return Sample(sent, first, last, final.metrics.completion_tokens)
-
-    return run
+    return lambda messages, tokens: time_client_stream(client, messages, tokens)
 
 
 def server_stream(base_url: str) -> Stream:
     import openai
 
     sdk = openai.OpenAI(base_url=base_url, api_key="x", max_retries=0, timeout=600)
-
-    def run(messages: list[dict[str, str]], tokens: int) -> Sample:
-        sent = time.perf_counter()
-        first = last = None
-        count = 0
-        for chunk in sdk.chat.completions.create(model="bench", messages=messages, temperature=0, max_tokens=tokens,
-                                                 stream=True, stream_options={"include_usage": True}):
-            if chunk.choices and chunk.choices[0].delta.content:
-                last = time.perf_counter()
-                first = first or last
-            if chunk.usage is not None:
-                count = chunk.usage.completion_tokens
-        assert first is not None and last is not None
-        return Sample(sent, first, last, count)
-
-    return run
+    return lambda messages, tokens: time_server_stream(sdk, "bench", messages, tokens)
 
 
 def prompt(session: int) -> list[dict[str, str]]:

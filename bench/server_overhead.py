@@ -22,36 +22,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.timing import time_client_stream, time_server_stream  # noqa: E402
+
 PROMPT = [{"role": "user", "content": "Write a long story about a lighthouse keeper and a storm."}]
 
 
 def in_process(client, tokens: int) -> tuple[float, float]:
-    from app.clients.base import GenerationParams
-
-    params = GenerationParams(temperature=0.0, max_new_tokens=tokens, ignore_eos=True)
-    started = time.perf_counter()
-    first = last = None
-    for delta in client.stream(PROMPT, params, threading.Event()):
-        if delta.text:
-            last = time.perf_counter()
-            first = first or last
-    return (tokens - 1) / (last - first), first - started
+    sample = time_client_stream(client, PROMPT, tokens)
+    return sample.decode_tps, sample.ttft
 
 
 def over_http(sdk, model: str, tokens: int) -> tuple[float, float]:
-    started = time.perf_counter()
-    first = last = None
-    count = 0
-    stream = sdk.chat.completions.create(model=model, messages=PROMPT, temperature=0, max_tokens=tokens, stream=True,
-                                         stream_options={"include_usage": True}, extra_body={"ignore_eos": True}
-                                         if "vllm" in model else None)
-    for chunk in stream:
-        if chunk.choices and chunk.choices[0].delta.content:
-            last = time.perf_counter()
-            first = first or last
-        if chunk.usage is not None:
-            count = chunk.usage.completion_tokens
-    return (count - 1) / (last - first), first - started
+    sample = time_server_stream(sdk, model, PROMPT, tokens, {"ignore_eos": True} if "vllm" in model else None)
+    return sample.decode_tps, sample.ttft
 
 
 def start_our_server(client, served_name: str = "bench") -> tuple[str, object]:

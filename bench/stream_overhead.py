@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -22,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 from transformers.generation.streamers import BaseStreamer  # noqa: E402
 
-from app.clients.base import GenerationParams  # noqa: E402
+from bench.timing import time_client_stream  # noqa: E402
 from app.clients.hf import HFClient  # noqa: E402
 from app.config import ModelSettings  # noqa: E402
 
@@ -55,7 +54,7 @@ def raw_run(client: HFClient, tokens: int) -> tuple[float, float]:
 
 
 def _raw_generate(client: HFClient, tokens: int) -> tuple[float, float]:
-    input_ids = torch.tensor([client.template.render(PROMPT)])
+    input_ids = torch.tensor([client.template.render(PROMPT).token_ids])
     clock = Clock()
     started = time.perf_counter()
     with torch.inference_mode():
@@ -69,17 +68,9 @@ def _raw_generate(client: HFClient, tokens: int) -> tuple[float, float]:
 
 
 def client_run(client: HFClient, tokens: int) -> tuple[float, float]:
-    params = GenerationParams(temperature=0.0, max_new_tokens=tokens, ignore_eos=True)
-    started = time.perf_counter()
-    first = last = None
-    final = None
-    for delta in client.stream(PROMPT, params, threading.Event()):
-        if delta.text:
-            last = time.perf_counter()
-            first = first or last
-        final = delta
-    assert final is not None and final.metrics.completion_tokens == tokens, final
-    return (tokens - 1) / (last - first), first - started
+    sample = time_client_stream(client, PROMPT, tokens)
+    assert sample.tokens == tokens, sample
+    return sample.decode_tps, sample.ttft
 
 
 def main() -> None:

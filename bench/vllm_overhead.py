@@ -78,7 +78,7 @@ def main() -> None:
                              vllm=VLLMOptions(gpu_memory_utilization=memory))
 
     client = VLLMClient(settings)
-    token_ids = client.template.render(PROMPT)
+    token_ids = client.template.render(PROMPT).token_ids
     client_stream(client, 16)  # warm-up
     single = statistics.median(n / t for n, t in (client_stream(client, args.tokens) for _ in range(args.runs)))
     results: list[tuple[int, float]] = []
