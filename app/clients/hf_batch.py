@@ -312,7 +312,8 @@ class BatchedDecoder:
             for reply in replies:
                 reply.fail(exc)
             return
-        argmax = logits.argmax(dim=-1).tolist()
+        plain = any(reply.picker.plain_argmax for reply in replies)
+        argmax = logits.argmax(dim=-1).tolist() if plain else []  # one batched argmax for the plain greedy rows
         for row, reply in enumerate(replies):
             reply.fed += 1
             try:
