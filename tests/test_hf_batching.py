@@ -4,6 +4,8 @@ reply it would be alone, with its own settings, grammar, Stop and end; on a tiny
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -16,9 +18,11 @@ from transformers import DynamicCache
 
 from app.clients.base import ClientError, GenerationParams, ResponseFormat, ToolRequest
 from app.clients.batch_cache import BatchCache
+from app.clients.constrained import GrammarViolation
 from app.clients.hf import HFClient
+from app.clients.hf_sampling import TokenPicker
 from app.config import ModelSettings
-from tests.helpers import collect, open_app
+from tests.helpers import ROOT, collect, open_app
 
 GREEDY = GenerationParams(temperature=0.0, max_new_tokens=40)
 SHIRT = {"type": "object", "properties": {"in_stock": {"type": "boolean"}, "size": {"enum": ["S", "M", "L"]}},
@@ -234,6 +238,68 @@ def test_forced_calls_and_json_replies_keep_their_grammar_inside_the_batch(tiny_
     assert results[6] == alone_free  # a free reply beside them is untouched by their grammars
 
 
+def test_a_grammar_masks_its_own_row_of_a_column_major_batch_and_nothing_else(tiny_client):
+    """The batched CPU head lays logits out column-major; xgrammar's CPU kernel ignores that stride, so a row sliced
+    from the batch once got the wrong tokens masked and its neighbour row masked instead."""
+    vocabulary = tiny_client.model.get_output_embeddings().weight.shape[0]
+    allowed = tiny_client.tokenizer.encode("{", add_special_tokens=False)
+    batch = torch.randn(vocabulary, 2).T  # [2, vocabulary], strides (1, 2): as weight @ hidden.T gives them
+    neighbour = batch[1].clone()
+    (grammar,) = tiny_client.grammar_processors('root ::= "{" [a-z]*')
+    ids = torch.tensor([[1, 2, 3]])
+    scores = grammar(ids, batch[0:1])
+    finite = torch.isfinite(scores[0]).nonzero().flatten().tolist()
+    assert allowed[0] in finite and 0 < len(finite) < vocabulary // 4
+    assert torch.equal(batch[1], neighbour)  # the other reply's logits are untouched
+
+
+def test_a_grammar_that_rejects_its_own_token_says_so(tiny_client):
+    (grammar,) = tiny_client.grammar_processors('root ::= "{" [a-z]*')
+    grammar(torch.tensor([[1, 2, 3]]), torch.zeros(1, tiny_client.model.get_output_embeddings().weight.shape[0]))
+    brace = tiny_client.tokenizer.encode("}", add_special_tokens=False)[0]
+    with pytest.raises(GrammarViolation, match="does not fit this reply's grammar"):
+        grammar(torch.tensor([[1, 2, 3, brace]]), torch.zeros(1, 10))
+
+
+def test_an_engine_failure_without_a_message_still_says_what_failed(tiny_model_dir, monkeypatch):
+    """An empty AssertionError once reached the user as "Generation failed: " and nothing more."""
+    client = HFClient(ModelSettings(model_path=str(tiny_model_dir), device="cpu"))
+
+    def silent(self, token_ids, logits):
+        raise AssertionError
+
+    monkeypatch.setattr(TokenPicker, "pick", silent)
+    with pytest.raises(ClientError) as failure:
+        collect(client, question(1), GREEDY)
+    assert str(failure.value) == "Generation failed: AssertionError (no message; the log has the details)"
+    client.close()
+
+
+def test_constrained_replies_hold_under_python_optimisations(tiny_model_dir):
+    """`python -O` strips asserts: xgrammar's example processor advanced its matcher inside one, so there every
+    constrained reply after its first token ignored the grammar."""
+    script = f"""
+import json, sys, threading
+sys.path.insert(0, {str(ROOT)!r})
+from app.clients.base import GenerationParams, ResponseFormat
+from app.clients.hf import HFClient
+from app.clients.hf_sampling import TokenPicker
+from app.config import ModelSettings
+client = HFClient(ModelSettings(model_path={str(tiny_model_dir)!r}, device="cpu"))
+for seed in range(3):
+    deltas = client.stream([{{"role": "user", "content": "Hi"}}], GenerationParams(temperature=1.0, seed=seed,
+                           max_new_tokens=3000), threading.Event(), None, ResponseFormat("json_schema", {SHIRT!r}))
+    print(json.dumps("".join(d.text for d in deltas)))
+client.close()
+"""
+    done = subprocess.run([sys.executable, "-O", "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    answers = [json.loads(line) for line in done.stdout.splitlines() if line.startswith('"')]
+    assert len(answers) == 3
+    for answer in answers:
+        jsonschema.validate(json.loads(answer), SHIRT)
+
+
 def test_a_full_batch_makes_the_next_reply_wait_and_it_can_cancel_while_waiting(tiny_model_dir):
     client = HFClient(ModelSettings(model_path=str(tiny_model_dir), device="cpu", hf_max_batch=2))
     release = threading.Event()
@@ -311,6 +377,42 @@ def test_smollm2_eight_concurrent_greedy_answers_equal_their_lone_answers(smol_b
     print(f"SmolLM2: {identical} of 8 concurrent answers identical to their lone answers over 128 tokens")
     assert identical >= 7
     assert all(tokens == 128 for _, _, tokens in together)
+
+
+def test_smollm2_constrained_and_free_replies_joining_and_leaving_the_batch_at_different_times(smol_batch):
+    """Forced calls and JSON-schema replies, greedy and sampled, next to free replies, joining 0.15 s apart and
+    ending at different lengths: every constrained reply parses and fits its schema (before the fix, each one that
+    shared the batch failed with an empty "Generation failed: "), and the free replies are not bent by their
+    neighbours' grammars."""
+    # A bounded expression: with an unbounded string SmolLM2's forced call runs to the token limit, alone or not.
+    bounded = {"type": "function", "function": {**CALCULATOR["function"], "parameters": {
+        "type": "object", "required": ["expression"], "properties": {"expression": {"type": "string", "maxLength": 40}}}}}
+    tools = ToolRequest((bounded,), choice="calculator")
+    shirt = ResponseFormat("json_schema", SHIRT)
+    story = [{"role": "user", "content": "Write a story about a lighthouse keeper."}]
+    ask = [{"role": "user", "content": "What is 17 times 23?"}]
+    stock = [{"role": "user", "content": "Is the red shirt in stock in size M? Answer in JSON."}]
+    free = [GenerationParams(temperature=0.0, max_new_tokens=n, ignore_eos=True) for n in (48, 24)]
+    alone = [outcome(smol_batch, story, p) for p in free]
+    jobs = [
+        lambda: outcome(smol_batch, story, free[0]),
+        lambda: collect(smol_batch, ask, GenerationParams(temperature=0.0, max_new_tokens=200), tools=tools),
+        lambda: collect(smol_batch, stock, GenerationParams(temperature=0.0, max_new_tokens=200), response_format=shirt),
+        lambda: outcome(smol_batch, story, free[1]),
+        lambda: collect(smol_batch, ask, GenerationParams(temperature=1.0, seed=7, max_new_tokens=200), tools=tools),
+        lambda: collect(smol_batch, stock, GenerationParams(temperature=1.0, seed=7, max_new_tokens=200),
+                        response_format=shirt),
+    ]
+    results = at_once(jobs, stagger_s=0.15)
+    for _, deltas in (results[1], results[4]):
+        assert deltas[-1].finish_reason == "tool_calls"
+        call = deltas[-1].tool_calls[0]
+        assert call.name == "calculator" and isinstance(call.arguments["expression"], str)
+    for text, deltas in (results[2], results[5]):
+        assert deltas[-1].finish_reason == "stop"
+        jsonschema.validate(json.loads(text), SHIRT)
+    assert [results[0][2], results[3][2]] == [48, 24]
+    assert results[0] == alone[0] and results[3] == alone[1]
 
 
 def test_a_failure_outside_one_reply_fails_the_batch_and_the_decoder_goes_on(tiny_model_dir, monkeypatch):

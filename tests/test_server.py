@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 
 import httpx
@@ -177,6 +178,26 @@ def test_a_json_schema_response_format_from_the_sdk_returns_content_that_validat
     choice = reply.choices[0]
     assert choice.finish_reason == "stop" and isinstance(choice.message.parsed, City)
     jsonschema.validate(json.loads(choice.message.content), City.model_json_schema())
+
+
+def test_constrained_requests_hold_while_another_answer_is_being_written(sdk):
+    """A plain answer in flight, then a JSON-schema reply and a named tool_choice: they share the batch with it. Before
+    the fix both came back as HTTP 400 "Generation failed: " every time (0 of 3), alone they worked."""
+    writing = threading.Thread(target=lambda: sdk.chat.completions.create(
+        model=MODEL, temperature=0, max_tokens=120, messages=[{"role": "user", "content": "Write a long story."}]))
+    writing.start()
+    time.sleep(0.3)
+    try:
+        reply = sdk.chat.completions.parse(model=MODEL, temperature=0, max_tokens=60, response_format=City, messages=[
+            {"role": "user", "content": "Describe Paris as JSON with its name, country and population."}])
+        assert isinstance(reply.choices[0].message.parsed, City)
+        call = sdk.chat.completions.create(model=MODEL, temperature=0, max_tokens=60, tools=WEATHER,
+                                           tool_choice={"type": "function", "function": {"name": "get_weather"}},
+                                           messages=[{"role": "user", "content": "Weather in Paris?"}])
+        arguments = json.loads(call.choices[0].message.tool_calls[0].function.arguments)
+        assert registry.validation_error("get_weather", arguments) is None
+    finally:
+        writing.join(120)
 
 
 def test_a_json_object_response_format_streams_a_json_object(sdk):

@@ -16,6 +16,13 @@ if TYPE_CHECKING:
 class ClientError(RuntimeError):
     """A backend failed in a way the user can act on; the message says what to do."""
 
+    @classmethod
+    def engine_failed(cls, engine: str, error: BaseException) -> ClientError:
+        """`engine` failed with `error`: its message, or its type where it has none (an empty AssertionError once
+        surfaced as "Generation failed: "), never an empty sentence."""
+        detail = str(error).strip() or f"{type(error).__name__} (no message; the log has the details)"
+        return cls(f"{engine} failed: {detail}")
+
 
 @dataclass(frozen=True)
 class GenerationParams:

@@ -1,4 +1,12 @@
-"""Constrained decoding for transformers' generate(): xgrammar masks every token that would leave the grammar."""
+"""Constrained decoding for the transformers backend: xgrammar masks every token that would leave the grammar.
+
+One `GrammarProcessor` per reply, for generate() and for the batched decoder alike. It is ours rather than
+xgrammar's `contrib.hf.LogitsProcessor` because that example processor (a) advances its matcher inside an `assert`
+(gone under `python -O`, and an empty AssertionError otherwise), and (b) masks through xgrammar's CPU kernel, which
+ignores the column stride of the logits it is given: a row sliced out of a batch whose logits are laid out
+column-major got the wrong tokens masked (and its neighbour row's masked instead), so every constrained reply that
+shared the batch with another one failed.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +14,47 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from transformers import LogitsProcessorList
+import torch
+from transformers import LogitsProcessor, LogitsProcessorList
 
+
+class GrammarViolation(RuntimeError):
+    """The reply's own token did not fit its grammar: constrained decoding itself went wrong (never the model)."""
+
+
+class GrammarProcessor(LogitsProcessor):
+    """One reply's grammar state: its matcher advances with the tokens of its own `input_ids` row only, whatever else
+    is decoded beside it, and the next token's logits outside the grammar become -inf."""
+
+    def __init__(self, compiled: Any, vocab_size: int) -> None:
+        import xgrammar as xgr
+
+        self._xgr = xgr
+        self._matcher = xgr.GrammarMatcher(compiled)
+        self._bitmask = xgr.allocate_token_bitmask(1, vocab_size)
+        self._vocab_size = vocab_size
+        self._seen: int | None = None  # the length of the reply's ids at the previous call
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if input_ids.shape[0] != 1 or scores.shape[0] != 1:
+            raise ValueError("A grammar processor belongs to one reply: give it one row of ids and of logits.")
+        length = input_ids.shape[1]
+        if self._seen is not None:  # the tokens chosen since the previous call (one, from generate() or the batch)
+            for token in input_ids[0, self._seen:].tolist():
+                if not self._matcher.is_terminated() and not self._matcher.accept_token(token):
+                    raise GrammarViolation(f"Constrained decoding failed: token {token} does not fit this reply's "
+                                           "grammar. Send the message again.")
+        self._seen = length
+        if self._matcher.is_terminated():  # complete: generation ends with the stop token it allowed last
+            return scores
+        self._matcher.fill_next_token_bitmask(self._bitmask)
+        # The kernel needs row-major float logits on the CPU or CUDA: a copy of this row when they are not.
+        device = scores.device
+        contiguous = scores.is_contiguous() and device.type in ("cpu", "cuda")
+        masked = scores if contiguous else scores.to("cpu" if device.type != "cuda" else device).contiguous()
+        self._xgr.apply_token_bitmask_inplace(masked, self._bitmask.to(masked.device),
+                                              vocab_size=min(self._vocab_size, masked.shape[-1]))
+        return masked if masked.device == device else masked.to(device)
 
 
 class ConstrainedDecoding:
@@ -18,6 +65,7 @@ class ConstrainedDecoding:
         self._model = model
         self._stop_token_ids = list(stop_token_ids)
         self._compiler: Any = None
+        self._vocab_size = 0
         self._lock = threading.Lock()
 
     def _grammar_compiler(self) -> Any:
@@ -26,17 +74,15 @@ class ConstrainedDecoding:
         with self._lock:
             if self._compiler is None:
                 # The mask must cover every logit, and the model's output layer may be padded past the tokenizer.
-                vocab_size = self._model.get_output_embeddings().weight.shape[0]
+                self._vocab_size = self._model.get_output_embeddings().weight.shape[0]
                 info = xgr.TokenizerInfo.from_huggingface(
-                    self._tokenizer, vocab_size=vocab_size, stop_token_ids=self._stop_token_ids or None
+                    self._tokenizer, vocab_size=self._vocab_size, stop_token_ids=self._stop_token_ids or None
                 )
                 self._compiler = xgr.GrammarCompiler(info)
             return self._compiler
 
     def logits_processors(self, ebnf: str) -> LogitsProcessorList:
-        """A fresh processor per generate() call (xgrammar's matcher is stateful) for the grammar `ebnf`, the same
-        text vLLM's structured outputs receive (app/dialects/constraint.py)."""
-        import xgrammar.contrib.hf as xgr_hf
-
+        """A fresh processor per reply (a matcher is stateful) for the grammar `ebnf`, the same text vLLM's
+        structured outputs receive (app/dialects/constraint.py)."""
         compiled = self._grammar_compiler().compile_grammar(ebnf)
-        return LogitsProcessorList([xgr_hf.LogitsProcessor(compiled)])
+        return LogitsProcessorList([GrammarProcessor(compiled, self._vocab_size)])

@@ -211,7 +211,7 @@ class HFClient(LocalTemplateClient):
         return _Generation(self, prompt, cancel)
 
     def engine_error(self, error: BaseException) -> ClientError:
-        return ClientError(f"Generation failed: {error}")
+        return ClientError.engine_failed("Generation", error)
 
     def grammar_processors(self, grammar: str | None) -> LogitsProcessorList:
         if grammar is None:

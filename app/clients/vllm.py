@@ -143,7 +143,7 @@ class VLLMClient(LocalTemplateClient):
                                  at_once=int(getattr(scheduler, "max_num_seqs", 0) or 1))
 
     def engine_error(self, error: BaseException) -> ClientError:
-        return ClientError(f"vLLM failed: {error}")
+        return ClientError.engine_failed("vLLM", error)
 
     def _stop_loop(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
