@@ -4,6 +4,7 @@ truncation, search, export and import. The database tests run on SQLite and on a
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import subprocess
 import sys
@@ -16,7 +17,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import Engine, event, func, inspect, select
+from PIL import Image
+from sqlalchemy import Engine, event, func, insert, inspect, select
 from sqlalchemy.exc import OperationalError
 
 from app.config import DatabaseSettings
@@ -26,6 +28,7 @@ from app.storage import (
     ConversationStore,
     ImportRejected,
     StorageError,
+    UnreadableConversation,
     VersionConflict,
     open_database,
 )
@@ -39,7 +42,7 @@ from app.storage.codec import (
 from app.storage.engine import database_url as resolve_url
 from app.storage.migrate import current_revision, head_revision, upgrade_to_head
 from app.storage.models import TRIGRAM_INDEX, Base, ConversationRow, MessageRow
-from app.storage.schema import AttachmentRecord, MessageRecord, MetricsRecord, ToolCallRecord
+from app.storage.schema import AttachmentRecord, MessageRecord, MetricsRecord, SettingsRecord, ToolCallRecord
 from tests.helpers import ROOT
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256))
@@ -455,6 +458,60 @@ def test_an_export_imports_as_an_equal_conversation(store):
     assert store.get("bob", store.import_json("bob", raw, page="chat")).page == "chat"  # imported on that page
 
 
+def test_pictures_thoughts_and_settings_survive_export_and_import(store):
+    """What the strict checks must still let through: a user's picture (exported as an image_url part), a
+    thought with its metrics, two calls of one answer and their results, and every setting."""
+    buffer = io.BytesIO()
+    Image.new("RGB", (8, 6), "teal").save(buffer, "PNG")
+    messages = [
+        Message("user", "What colour?", attachments=[Attachment("image", "photo.png", data=buffer.getvalue())]),
+        Message("assistant", "", thinking="Teal, I think.", tool_calls=[ToolCall("a", {}, id="c1"),
+                                                                        ToolCall("b", {"x": 1}, id="c2")],
+                metrics=AnswerMetrics(thinking_tokens=4, thinking_time_s=0.5, finish_reason="tool_calls")),
+        Message("tool", "1", tool_call_id="c2", name="b", tool_status="ok"),
+        Message("tool", "2", tool_call_id="c1", name="a", tool_status="failed"),
+        Message("assistant", "Teal.", thinking="Sure."),
+    ]
+    original = store.create("alice", "tools", settings={"system_prompt": "", "tool_choice": "a"})
+    for message in messages:
+        store.append("alice", original, message)
+    exported = store.export_json("alice", original)
+    assert exported["messages"][0]["content"][0]["type"] == "image_url"
+    copy = store.get("alice", store.import_json("alice", json.dumps(exported).encode()))
+    assert (copy.messages, copy.settings) == (messages, {"system_prompt": "", "tool_choice": "a"})
+    without_metadata = json.dumps({**exported, "metadata": None}).encode()  # as any OpenAI-speaking tool writes it
+    assert store.get("alice", store.import_json("alice", without_metadata)).messages[0].images[0].name == "image 1"
+
+
+def test_a_stored_message_in_no_known_shape_is_unreadable_but_kept(store, engine):
+    """Written before the strict import, or by hand: reading it says which message is wrong; the conversation
+    can still be listed, renamed and deleted."""
+    conversation = store.create("alice", "chat", title="Old")
+    store.append("alice", conversation, Message("user", "fine"))
+    with engine.begin() as connection:
+        connection.execute(insert(MessageRow).values(conversation_id=conversation, seq=1, deleted=False,
+                                                     search_text="", payload='{"role": "assistant", "content": [1]}',
+                                                     created_at=datetime.now(UTC)))
+    with pytest.raises(UnreadableConversation, match=r"messages\[1\]\.content: Input should be a valid string") \
+            as caught:
+        store.get("alice", conversation)
+    kept = caught.value.stored
+    assert (kept.id, kept.title, kept.message_count, kept.messages) == (conversation, "Old", 2, [])
+    assert store.get("alice", conversation, with_messages=False).title == "Old"
+    exported = store.export_json("alice", conversation)  # as stored, to look at or mend
+    assert (exported["messages"], exported["metadata"]) == ([], [{"role": "user", "content": "fine"},
+                                                                 {"role": "assistant", "content": [1]}])
+    store.delete("alice", conversation)
+    assert store.list("alice") == []
+
+
+def test_stored_settings_are_used_one_by_one():
+    assert SettingsRecord.usable({"system_prompt": ["a"], "tool_choice": "auto", "colour": 1}) == (
+        {"tool_choice": "auto"},
+        ["settings.system_prompt: Input should be a valid string", "settings.colour: Extra inputs are not permitted"])
+    assert SettingsRecord.usable(["system_prompt"]) == ({}, ["settings: must be an object, not list"])
+
+
 def test_plain_openai_messages_import_too(store):
     raw = json.dumps({"format": "composite-demo-conversation", "version": 1, "page": "chat", "messages": [
         {"role": "user", "content": [{"type": "text", "text": "What is 2+2?"}]},
@@ -485,6 +542,20 @@ def _with_bad_base64() -> dict:
     return document
 
 
+def _calls(*messages: tuple[str, str]) -> dict:
+    """A plain-OpenAI export of ("call", id) assistant calls and ("result", id) tool results."""
+    made = [{"role": "assistant", "tool_calls": [{"id": id, "type": "function", "function": {"name": "f"}}]}
+            if kind == "call" else {"role": "tool", "tool_call_id": id, "content": "ok"} for kind, id in messages]
+    return _export(messages=[{"role": "user", "content": "go"}, *made], metadata=None)
+
+
+def _with_metadata(**changes) -> dict:
+    """The app's own format: a call and its result, `changes` made to the result's metadata record."""
+    call = {"role": "assistant", "tool_calls": [{"id": "c1", "name": "f"}]}
+    result = {"role": "tool", "tool_call_id": "c1", "content": "ok", **changes}
+    return _export(messages=[{"role": "assistant"}, {"role": "tool", "tool_call_id": "c1"}], metadata=[call, result])
+
+
 IMPORT_REJECTIONS = {
     "not JSON": (b"{this is not json", "the file: Invalid JSON"),
     "not UTF-8": (b'{"format": "\xff\xfe"}', "the file: "),
@@ -507,6 +578,42 @@ IMPORT_REJECTIONS = {
     "too many messages": (_export(messages=[{"role": "user", "content": ""}] * 10_001, metadata=None),
                           "messages: List should have at most 10000 items"),
     "over 50 MB": (b" " * (50 * 2**20 + 1), "at most 50 MB (52,428,800 bytes) can be imported"),
+    # Settings are restored into the page's widgets: a list for the system prompt crashed every later open.
+    "a list for the system prompt": (_export(settings={"system_prompt": ["Be", "brief"]}),
+                                     "settings.system_prompt: Input should be a valid string"),
+    "null for the tool choice": (_export(settings={"tool_choice": None}), "settings.tool_choice: Input should be"),
+    "an unknown setting": (_export(settings={"temperature": 0.7}), "settings.temperature: Extra inputs are not"),
+    "a number for a call id": (_export(messages=[{"role": "assistant", "tool_calls": [
+        {"id": 1, "type": "function", "function": {"name": "f", "arguments": "{}"}}]}], metadata=None),
+        "messages[0].tool_calls[0].id: Input should be a valid string"),
+    "an unknown key in a call": (_export(messages=[{"role": "assistant", "tool_calls": [
+        {"id": "1", "function": {"name": "f"}, "colour": "red"}]}], metadata=None),
+        "messages[0].tool_calls[0].colour: Extra inputs are not permitted"),
+    "an image part of the wrong shape": (_export(messages=[{"role": "user", "content": [
+        {"type": "image_url", "image_url": "data:image/png;base64,iVBORw0KGgo="}]}], metadata=None),
+        "messages[0].content[0].image_url: Input should be an object"),
+    "a text part without text": (_export(messages=[{"role": "user", "content": [{"type": "text"}]}], metadata=None),
+                                 'messages[0].content[0]: a part is {"type": "text", "text": ...}'),
+    "an image that is no picture": (_with_metadata(attachments=[{"kind": "image", "name": "p.png",
+                                                                 "data": "aGVsbG8="}]),
+                                    "metadata[1].attachments[0].data: The data is not a PNG, JPEG, WebP or GIF"),
+    "a result answering no call": (_calls(("call", "c1"), ("result", "c9")),
+                                   "messages[2].tool_call_id: 'c9' answers no tool call made before it"),
+    "a long id answering no call": (_calls(("call", "c1"), ("result", "x" * 100_000)),  # quoted short
+                                    "messages[2].tool_call_id: 'xxxxxxxx"),
+    "a result before its call": (_calls(("result", "c1"), ("call", "c1")),
+                                 "messages[1].tool_call_id: 'c1' answers no tool call made before it"),
+    "a call answered twice": (_calls(("call", "c1"), ("result", "c1"), ("result", "c1")),
+                              "messages[3].tool_call_id: call 'c1' was already answered in messages[2]"),
+    "a call id used twice": (_calls(("call", "c1"), ("result", "c1"), ("call", "c1")),
+                             "messages[3].tool_calls[0].id: 'c1' is already the id of a call in messages[1]"),
+    "a result naming no call": (_calls(("call", "c1"), ("result", "")),
+                                "messages[2].tool_call_id: a tool message must name the call it answers"),
+    "an orphan result in metadata": (_with_metadata(tool_call_id="c2"),
+                                     "metadata[1].tool_call_id: 'c2' answers no tool call made before it"),
+    "a user making a call": (_export(metadata=[{"role": "user", "tool_calls": [{"id": "c1", "name": "f"}]},
+                                               {"role": "tool", "tool_call_id": "c1"}]),
+                             "metadata[0].tool_calls: only assistant messages make tool calls"),
 }
 
 

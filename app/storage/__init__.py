@@ -4,11 +4,12 @@ DEMO_DATABASE_URL; schema by Alembic migrations, applied when the database is op
 from __future__ import annotations
 
 from app.storage.engine import open_database
-from app.storage.errors import ConversationNotFound, ImportRejected, StorageError, VersionConflict
+from app.storage.errors import (ConversationNotFound, ImportRejected, StorageError, UnreadableConversation,
+                                VersionConflict)
 from app.storage.repository import ConversationStore, ConversationSummary, StoredConversation
 
 __all__ = ["ConversationNotFound", "ConversationStore", "ConversationSummary", "ImportRejected", "StorageError",
-           "StoredConversation", "VersionConflict", "default_store", "open_database"]
+           "StoredConversation", "UnreadableConversation", "VersionConflict", "default_store", "open_database"]
 
 
 def default_store() -> ConversationStore:

@@ -3,6 +3,11 @@ wrapped in one too, so a page can show "not saved" without knowing SQLAlchemy.""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from app.storage.repository import StoredConversation
+
 
 class StorageError(Exception):
     """The store could not do what was asked (the database is unreachable, locked for too long, ...)."""
@@ -15,6 +20,15 @@ class ConversationNotFound(StorageError):
     def __init__(self, conversation_id: str) -> None:
         super().__init__(f"conversation {conversation_id!r} not found")
         self.conversation_id = conversation_id
+
+
+class UnreadableConversation(StorageError):
+    """A stored message is not in the stored shape (written by an older or foreign version, or by hand): the
+    conversation is kept and can still be renamed or deleted, but not read. `stored` is it without its messages."""
+
+    def __init__(self, stored: StoredConversation, problem: str) -> None:
+        super().__init__(problem)
+        self.stored = stored
 
 
 class VersionConflict(StorageError):

@@ -8,19 +8,21 @@ import json
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import ColumnElement, Engine, case, delete, exists, false, func, insert, or_, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.conversation import Message
 from app.storage import codec, transfer
-from app.storage.errors import ConversationNotFound, StorageError, VersionConflict
+from app.storage.errors import ConversationNotFound, StorageError, UnreadableConversation, VersionConflict
 from app.storage.models import ConversationRow as C
 from app.storage.models import MessageRow as M
+from app.storage.schema import describe
 from app.storage.sqlite import WRITE
 
 MAX_LIST_LIMIT = 500
@@ -91,18 +93,24 @@ class ConversationStore:
 
     def get(self, owner: str, id: str, with_messages: bool = True) -> StoredConversation:
         """The conversation and its shown messages in order (none when with_messages is False, which is cheaper:
-        for a title or a version)."""
+        for a title or a version). UnreadableConversation if a message is not in the stored shape."""
         with self._reading() as session:
             row = self._row(session, owner, id)
             if with_messages:
                 payloads = session.scalars(select(M.payload).where(M.conversation_id == id, M.deleted == false())
                                            .order_by(M.seq)).all()
-                messages = [codec.decode_message_json(payload) for payload in payloads]
-                count = len(messages)
+                count = len(payloads)
             else:
-                messages, count = [], session.scalar(select(_shown_count()).where(C.id == id)) or 0
-        return StoredConversation(row.id, row.owner, row.page, row.title, row.settings, row.version, row.created_at,
-                                  row.updated_at, count, messages)
+                payloads, count = [], session.scalar(select(_shown_count()).where(C.id == id)) or 0
+        stored = StoredConversation(row.id, row.owner, row.page, row.title, row.settings, row.version, row.created_at,
+                                    row.updated_at, count, [])
+        for index, payload in enumerate(payloads):
+            try:
+                stored.messages.append(codec.decode_message_json(payload))
+            except ValidationError as exc:
+                raise UnreadableConversation(replace(stored, messages=[]),
+                                             describe(exc, f"messages[{index}]")) from None
+        return stored
 
     def rename(self, owner: str, id: str, title: str, expected_version: int) -> int:
         """Set the title (one line, cut to 200 characters); returns the new version. VersionConflict if the
@@ -170,8 +178,16 @@ class ConversationStore:
     # ----- files ------------------------------------------------------------------------------------------------
 
     def export_json(self, owner: str, id: str) -> dict[str, Any]:
-        """The conversation as a JSON-able dict; the format is documented in app/storage/transfer.py."""
-        return transfer.export_document(self.get(owner, id))
+        """The conversation as a JSON-able dict; the format is documented in app/storage/transfer.py. One with an
+        unreadable message is exported with its stored records as they are (`metadata`, no `messages`), to look at
+        or mend: the import refuses it until then."""
+        try:
+            return transfer.export_document(self.get(owner, id))
+        except UnreadableConversation as exc:
+            with self._reading() as session:
+                payloads = session.scalars(select(M.payload).where(M.conversation_id == id, M.deleted == false())
+                                           .order_by(M.seq)).all()
+            return {**transfer.export_document(exc.stored), "metadata": [_as_json(p) for p in payloads]}
 
     def export_markdown(self, owner: str, id: str) -> str:
         stored = self.get(owner, id)
@@ -235,6 +251,13 @@ class ConversationStore:
         if actual is None:
             raise ConversationNotFound(id)
         raise VersionConflict(id, expected, actual)
+
+
+def _as_json(payload: str) -> Any:
+    try:
+        return json.loads(payload)
+    except ValueError:  # not even JSON: the text itself
+        return payload
 
 
 def _shown_count() -> ColumnElement[int]:

@@ -15,6 +15,10 @@ A message record is a JSON object; fields at their default are left out when wri
      "attachments": [{"kind": "image" | "document", "name": str, "note": str, "text": str,
                       "data": standard base64 of the bytes}],
      "thinking": str}                                        # a reasoning model's thought
+
+A conversation's settings (what app/ui/persistence.py restores into the page's widgets when it is opened):
+
+    {"system_prompt": str, "tool_choice": str}               # each optional
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from __future__ import annotations
 import base64
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, ValidationError
 
 from app.conversation import AnswerMetrics, Attachment, Message, ToolCall
 
@@ -46,6 +50,31 @@ class Record(BaseModel):
     # strict: no "1" for 1 or 1.5 for an int; forbid: a misspelt key is an error, not silently dropped;
     # no NaN or infinity, which JSON does not have.
     model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, from_attributes=True)
+
+
+class SettingsRecord(Record):
+    """A conversation's settings. A key is left out when the page did not set it; none may be null (a widget
+    cannot show None)."""
+
+    system_prompt: str = Field(default="", max_length=100_000)
+    tool_choice: str = Field(default="", max_length=200)  # "auto", "none", "required" or a tool's name
+
+    @classmethod
+    def usable(cls, settings: Any) -> tuple[dict[str, Any], list[str]]:
+        """The settings that are valid one by one, and what is wrong with the others (`where: what`): a stored
+        conversation opens with its valid settings, the page's defaults for the rest."""
+        if not isinstance(settings, dict):
+            return {}, [f"settings: must be an object, not {type(settings).__name__}"]
+        usable: dict[str, Any] = {}
+        problems: list[str] = []
+        for name, value in settings.items():
+            try:
+                cls.model_validate({name: value})
+            except ValidationError as exc:
+                problems.append(describe(exc, "settings"))
+            else:
+                usable[name] = value
+        return usable, problems
 
 
 class ToolCallRecord(Record):
@@ -101,3 +130,22 @@ class MessageRecord(Record):
             "metrics": AnswerMetrics(**self.metrics.__dict__) if self.metrics else None,
             "attachments": [Attachment(**attachment.__dict__) for attachment in self.attachments],
         })
+
+
+_UNION_MEMBERS = {"str", "int", "float", "bool", "bytes"}
+
+
+def describe(error: ValidationError, prefix: str = "", shown: int = 3) -> str:
+    """pydantic's errors as `where: what`, e.g. `metadata[3].attachments[0].data: not valid base64`."""
+    lines = []
+    for item in error.errors(include_url=False)[:shown]:
+        where = prefix
+        for part in item["loc"]:
+            if isinstance(part, str) and ("[" in part or part in _UNION_MEMBERS):
+                continue  # which member of a union (`str`, `list[ContentPart]`) was tried: no place in the file
+            where += f"[{part}]" if isinstance(part, int) else (f".{part}" if where else str(part))
+        # A validator's own ValueError: its message alone, without pydantic's "Value error, " before it.
+        what = str(item["ctx"]["error"]) if item["type"] == "value_error" else item["msg"]
+        lines.append(f"{where or 'the file'}: {what}")
+    more = error.error_count() - shown
+    return "; ".join(lines) + (f" (and {more} more problems)" if more > 0 else "")
