@@ -241,7 +241,11 @@ class SandboxLimits:
     file_mb: int = 200  # largest file written
     disk_mb: int = 512  # everything the kernel writes (its folder is a filesystem of this size)
     processes: int = 256  # processes and threads inside the sandbox (a kernel alone runs about a dozen threads)
-    output_chars: int = 50_000  # what one cell may print; the rest is cut with a note
+    output_chars: int = 50_000  # text of one cell (prints, results, errors, every MIME type); the rest is cut
+    max_images: int = 8  # pictures one cell may show
+    image_mb: float = 8.0  # their bytes together
+    cpus: float = 1.0  # CPU time of the whole sandbox, in cores (where a cgroup can be made)
+    max_live: int = 4  # sandboxes running at once in one app process
     cell_timeout_s: float = 30.0  # a cell running longer is interrupted
     idle_shutdown_s: float = 1800.0  # an idle kernel is shut down
     isolation: str = "bubblewrap"  # "bubblewrap" (required on Linux) or "none" (resource limits only)
@@ -263,6 +267,10 @@ class SandboxLimits:
             disk_mb=int(_float("DEMO_KERNEL_DISK_MB", cls.disk_mb)),
             processes=int(_float("DEMO_KERNEL_PROCESSES", cls.processes)),
             output_chars=int(_float("DEMO_KERNEL_OUTPUT_CHARS", cls.output_chars)),
+            max_images=int(_float("DEMO_KERNEL_MAX_IMAGES", cls.max_images)),
+            image_mb=_float("DEMO_KERNEL_IMAGE_MB", cls.image_mb),
+            cpus=_float("DEMO_KERNEL_CPUS", cls.cpus),
+            max_live=int(_float("DEMO_KERNEL_MAX_LIVE", cls.max_live)),
             cell_timeout_s=_float("DEMO_KERNEL_CELL_TIMEOUT_S", cls.cell_timeout_s),
             idle_shutdown_s=_float("DEMO_KERNEL_IDLE_S", cls.idle_shutdown_s),
             isolation=isolation,

@@ -30,7 +30,7 @@ def test_prints_results_errors_and_plots_come_back_in_order(kernel):
     kinds = [o.kind for o in result.outputs]
     assert kinds == ["text", "image", "text", "text"]
     assert result.outputs[0].text == "first\nto stderr\n"
-    assert result.outputs[1].png.startswith(b"\x89PNG")
+    assert result.outputs[1].image.startswith(b"\x89PNG")
     assert result.outputs[2].text == "after the plot\n" and result.outputs[3].text == "42\n"
     assert result.text() == "first\nto stderr\n[Figure 1 was displayed to the user.]\nafter the plot\n42"
     assert result.ok

@@ -1,20 +1,19 @@
 """One Jupyter kernel per browser session: started lazily inside its sandbox (app/tools/sandbox.py), every output
-of a cell collected in order and capped, a cell that runs too long interrupted (so its output cannot leak into the
-next cell), a dead kernel restarted. The kernel is reached over Unix sockets in the session's folder, never a TCP
-port."""
+of a cell collected in order and capped as it arrives (app/tools/kernel_output.py), a cell that runs too long
+interrupted (so its output cannot leak into the next cell) and the processes it started ended, a dead kernel
+restarted. At most `max_live` sandboxes run in one process: the oldest idle one makes room, else the call is
+refused as busy. The kernel is reached over Unix sockets in the session's folder, never a TCP port."""
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import os
 import queue
-import re
 import threading
-from concurrent.futures import ThreadPoolExecutor
 import time
-from dataclasses import dataclass, field
+import weakref
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import zmq
@@ -23,55 +22,30 @@ from jupyter_client.manager import KernelManager
 
 from app.config import SandboxLimits
 from app.tools import sandbox
+from app.tools.kernel_output import CellOutput, CellResult, OutputCollector
 from app.tools.sandbox import SessionLayout
 from app.tools.sandbox_cgroup import SandboxCgroup
+from app.tools.sandbox_processes import kill_cell_processes
+
+__all__ = ["CellOutput", "CellResult", "KernelSession", "SandboxBusy", "SandboxLimits"]
 
 log = logging.getLogger(__name__)
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _KERNEL_NAME = "composite-demo-sandbox"
 # A message bigger than this from the kernel drops its connection instead of filling the app's memory (plots are a
 # few MB at most; text is capped far below it, in the kernel and again here).
 _MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+_INTERRUPT_GRACE_S = 3.0  # an interrupted cell that still runs after this: the kernel is stopped instead
+
+# The sandboxes of this process that are running or starting (each may take total_memory_mb): see _admit.
+_live: weakref.WeakSet[KernelSession] = weakref.WeakSet()
+_live_lock = threading.RLock()
+
+
+class SandboxBusy(RuntimeError):
+    """As many sandboxes as allowed are running cells: this one cannot start now."""
 # Variables the kernel keeps from the app's environment; everything else (API keys, tokens...) is dropped.
 _KEPT_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "SYSTEMROOT")
-
-
-@dataclass
-class CellOutput:
-    kind: str  # "text", "image" or "error"
-    text: str = ""
-    png: bytes = b""
-
-
-@dataclass
-class CellResult:
-    outputs: list[CellOutput] = field(default_factory=list)
-    timed_out: bool = False
-    died: bool = False  # the kernel stopped while running the cell
-    notes: list[str] = field(default_factory=list)  # what happened to the kernel itself (restarted, died...)
-    text_chars: int = 0  # characters of text kept so far, for the output cap
-
-    @property
-    def ok(self) -> bool:
-        return not self.timed_out and not self.died and not any(o.kind == "error" for o in self.outputs)
-
-    @property
-    def images(self) -> list[bytes]:
-        return [o.png for o in self.outputs if o.kind == "image"]
-
-    def text(self) -> str:
-        parts: list[str] = []
-        figure = 0
-        for output in self.outputs:
-            if output.kind == "image":
-                figure += 1
-                parts.append(f"[Figure {figure} was displayed to the user.]\n")
-            else:
-                parts.append(output.text)
-        body = "".join(parts).strip()
-        notes = "\n".join(self.notes)
-        return "\n".join(p for p in (body or ("" if notes else "(no output)"), notes) if p)
 
 
 def _write_kernel_spec(layout: SessionLayout, limits: SandboxLimits, cgroup: SandboxCgroup | None) -> Path:
@@ -102,6 +76,7 @@ class KernelSession:
         self._running_msg: str | None = None
         self.last_used = time.monotonic()
         self._closed = False
+        self._evicted = False  # stopped to make room for another session's sandbox
         threading.Thread(target=self._shutdown_when_idle, name="kernel-idle", daemon=True).start()
 
     # ----- lifecycle -------------------------------------------------------------------------------------
@@ -115,7 +90,7 @@ class KernelSession:
         """The kernel's current folder, as the code running in it sees it."""
         return sandbox.working_folder(self.layout, self.limits)
 
-    def _environment(self, uid: int | None) -> dict[str, str]:
+    def _environment(self) -> dict[str, str]:
         env = {name: os.environ[name] for name in _KEPT_ENV if name in os.environ}
         home = self.working_folder
         env.update(
@@ -131,13 +106,46 @@ class KernelSession:
             DEMO_SANDBOX_OUTPUT_CHARS=str(self.limits.output_chars),
             DEMO_SANDBOX_UPLOADS=sandbox.uploads_folder(self.layout, self.limits),
         )
-        if uid is not None:
-            env["DEMO_SANDBOX_UID"] = str(uid)
         return env
 
     def _start(self) -> None:
-        """Start the kernel in its sandbox; SandboxUnavailable when the configured isolation cannot be had."""
-        self._launcher.submit(self._launch).result()
+        """Start the kernel in its sandbox; SandboxUnavailable when the configured isolation cannot be had,
+        SandboxBusy when too many sandboxes run cells."""
+        self._admit()
+        try:
+            self._launcher.submit(self._launch).result()
+        except BaseException:
+            self._release()
+            raise
+
+    def _admit(self) -> None:
+        """Count this sandbox among the live ones: past `max_live`, the least recently used idle one is stopped
+        to make room; when none is idle, SandboxBusy (the memory of each may reach total_memory_mb)."""
+        with _live_lock:
+            while 0 < self.limits.max_live <= len([k for k in _live if k is not self]):
+                idle = sorted((k for k in _live if k is not self), key=lambda k: k.last_used)
+                if not any(k._stop_if_idle() for k in idle):
+                    raise SandboxBusy(f"The Python sandbox is busy: {self.limits.max_live} sandboxes are running "
+                                      "code right now (DEMO_KERNEL_MAX_LIVE). Try again in a minute.")
+            _live.add(self)
+
+    def _release(self) -> None:
+        with _live_lock:
+            _live.discard(self)
+
+    def _stop_if_idle(self) -> bool:
+        """Stop this kernel unless it is running or starting a cell; whether it was stopped."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            if self._running_msg is not None:
+                return False
+            log.info("Stopping the idle kernel in %s to make room for another", self.layout.folder)
+            self._stop()
+            self._evicted = True
+            return True
+        finally:
+            self._lock.release()
 
     def _launch(self) -> None:
         sandbox.check_available(self.limits)
@@ -149,7 +157,7 @@ class KernelSession:
             os.chown(run, uid, uid)  # the kernel, as its own user, creates its sockets here
         if self.limits.isolation != "none":
             self._cgroup = SandboxCgroup.make(f"composite-demo-{layout.folder.name}", self.limits.total_memory_mb,
-                                              self.limits.processes)
+                                              self.limits.processes, self.limits.cpus)
         context = zmq.Context()
         context.setsockopt(zmq.MAXMSGSIZE, _MAX_MESSAGE_BYTES)
         specs = _write_kernel_spec(layout, self.limits, self._cgroup)
@@ -164,7 +172,7 @@ class KernelSession:
         manager.write_connection_file()
         if uid is not None:
             os.chown(manager.connection_file, uid, uid)
-        manager.start_kernel(env=self._environment(uid), cwd=str(layout.work))
+        manager.start_kernel(env=self._environment(), cwd=str(layout.work))
         client = manager.client()
         client.start_channels()
         try:
@@ -196,6 +204,7 @@ class KernelSession:
         if context is not None:
             context.destroy(linger=0)
         self._remove_cgroup()
+        self._release()
 
     def _remove_cgroup(self) -> None:
         cgroup, self._cgroup = self._cgroup, None
@@ -231,10 +240,19 @@ class KernelSession:
     # ----- running code ----------------------------------------------------------------------------------
 
     def interrupt(self) -> None:
-        """Stop the running cell (the Stop button); the kernel and its variables survive."""
+        """Stop the running cell (the Stop button) and the processes it started; the kernel and its variables
+        survive."""
         manager = self._manager
         if manager is not None and self._running_msg is not None:
             manager.interrupt_kernel()
+            self._end_cell_processes(manager)
+
+    def _end_cell_processes(self, manager: KernelManager) -> int:
+        """Kill what the cell started (subprocesses, daemons): they would outlive the cell's time limit."""
+        process = getattr(manager.provisioner, "process", None)
+        if process is None:
+            return 0
+        return kill_cell_processes(process.pid, sandbox.kernel_pids_inside(self.layout, self.limits))
 
     def execute(self, code: str, timeout_s: float | None = None) -> CellResult:
         timeout_s = self.limits.cell_timeout_s if timeout_s is None else timeout_s
@@ -245,7 +263,11 @@ class KernelSession:
                     result.notes.append("[The Python kernel had stopped (out of memory or CPU time?) and was "
                                         "restarted: earlier variables are gone.]")
                     self._stop()
+                elif self._evicted:
+                    result.notes.append("[The Python kernel had been stopped while idle to make room for other "
+                                        "sessions, and was restarted: earlier variables are gone.]")
                 self._start()
+                self._evicted = False
             try:
                 self._run(code, timeout_s, result)
             finally:
@@ -254,29 +276,34 @@ class KernelSession:
 
     def _run(self, code: str, timeout_s: float, result: CellResult) -> None:
         assert self._client is not None and self._manager is not None
+        manager = self._manager
         msg_id = self._client.execute(code, store_history=True, allow_stdin=False)
         self._running_msg = msg_id
+        collector = OutputCollector(result, self.limits)
         deadline = time.monotonic() + timeout_s
         interrupted_at: float | None = None
         try:
             while True:
                 now = time.monotonic()
-                if interrupted_at is None and now >= deadline:
-                    self._manager.interrupt_kernel()
+                if interrupted_at is None and (now >= deadline or collector.flooding):
+                    manager.interrupt_kernel()
                     interrupted_at = now
                     result.timed_out = True
-                    result.notes.append(f"[Stopped: the cell ran longer than {timeout_s:g} s.]")
-                if interrupted_at is not None and now - interrupted_at > 5:
-                    # The interrupt did not take (e.g. stuck in C code): a fresh kernel is the only clean state.
-                    result.notes.append("[The kernel did not respond to the interrupt and was restarted: earlier "
-                                        "variables are gone.]")
+                    result.notes.append(f"[Stopped: the cell ran longer than {timeout_s:g} s.]" if now >= deadline
+                                        else "[Stopped: the cell kept sending output far past its limits.]")
+                    if self._end_cell_processes(manager):
+                        result.notes.append("[The processes the cell started were ended too.]")
+                if interrupted_at is not None and now - interrupted_at > _INTERRUPT_GRACE_S:
+                    # The interrupt did not take (e.g. stuck in C code): a fresh kernel is the only clean state. The
+                    # next call starts it, so this one ends now and the kernel's lock is free for that call.
+                    result.notes.append("[The kernel did not respond to the interrupt and was stopped: the next call "
+                                        "starts a fresh one, earlier variables are gone.]")
                     self._stop()
-                    self._start()
                     return
                 try:
                     message = self._client.get_iopub_msg(timeout=0.2)
                 except queue.Empty:
-                    if not self._manager.is_alive():
+                    if not manager.is_alive():
                         result.died = True
                         result.notes.append(f"[The Python kernel died while running this cell ({self._death_reason()}"
                                             "). It will restart on the next call; earlier variables are gone.]")
@@ -285,46 +312,7 @@ class KernelSession:
                     continue
                 if message.get("parent_header", {}).get("msg_id") != msg_id:
                     continue  # output of an earlier, interrupted cell: never mixed into this one
-                # The kernel cuts at output_chars with its own note; this is the backstop for code that undid that.
-                if self._collect(message, result, self.limits.output_chars + 1000):
+                if collector.add(message):
                     return
         finally:
             self._running_msg = None
-
-    @staticmethod
-    def _collect(message: dict, result: CellResult, max_chars: int) -> bool:
-        """Add one iopub message to the result; True once the cell is finished. Text beyond `max_chars` per cell is
-        dropped with one note (the kernel caps its own output too, but code can undo that)."""
-        kind, content = message["msg_type"], message["content"]
-        if kind == "status" and content.get("execution_state") == "idle":
-            return True
-        if kind == "stream":
-            _add_text(result, str(content.get("text", "")), max_chars)
-        elif kind in ("execute_result", "display_data"):
-            data = content.get("data", {})
-            if "image/png" in data:
-                result.outputs.append(CellOutput("image", png=base64.b64decode(data["image/png"])))
-            elif "text/plain" in data:
-                _add_text(result, str(data["text/plain"]) + "\n", max_chars, new_output=True)
-        elif kind == "error":
-            traceback = _ANSI.sub("", "\n".join(content.get("traceback", []))[: max_chars])
-            result.outputs.append(CellOutput("error", traceback or f"{content.get('ename')}: {content.get('evalue')}"))
-        elif kind == "clear_output":
-            result.outputs.clear()
-            result.text_chars = 0
-        return False
-
-
-def _add_text(result: CellResult, text: str, max_chars: int, new_output: bool = False) -> None:
-    room = max_chars - result.text_chars
-    if room <= 0:
-        return
-    if len(text) > room:
-        text = text[:room] + f"\n[Output cut: the cell printed more than {max_chars:,} characters.]\n"
-        result.text_chars = max_chars
-    else:
-        result.text_chars += len(text)
-    if not new_output and result.outputs and result.outputs[-1].kind == "text":
-        result.outputs[-1].text += text
-    else:
-        result.outputs.append(CellOutput("text", text))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from app.code_blocks import strip_code_fence
 from app.conversation import Attachment
-from app.tools.kernel import KernelSession
-from app.tools.registry import ToolOutput
+from app.tools.kernel import KernelSession, SandboxBusy
+from app.tools.registry import ToolError, ToolOutput
 
 
 class PythonTool:
@@ -18,6 +18,9 @@ class PythonTool:
         Args:
             code: The Python code to run.
         """
-        result = self.kernel.execute(strip_code_fence(code))
+        try:
+            result = self.kernel.execute(strip_code_fence(code))
+        except SandboxBusy as exc:
+            raise ToolError(str(exc)) from exc
         images = [Attachment(kind="image", name=f"Figure {i}", data=png) for i, png in enumerate(result.images, 1)]
         return ToolOutput(result.text(), images, ok=result.ok)

@@ -7,8 +7,11 @@ With bubblewrap (Linux, the default) the kernel runs in new PID, IPC, UTS, mount
 - its network namespace has no interface but its own loopback, so neither the internet nor the app's ports on
   127.0.0.1 can be reached; with `network` on, slirp4netns connects it to the outside, still without the host's
   loopback;
-- it runs as an unprivileged user: when the app runs as root, a user id of its own per session (so the process
-  limit counts this session only); otherwise the app's user mapped into a user namespace of its own;
+- it runs as an unprivileged user in a user namespace of its own, where it cannot make nested ones: when the app
+  runs as root, as a user id of its own per session (so the process limit counts this session only; a nested
+  bubblewrap, started as that user, makes the namespace), otherwise as the app's user;
+- a seccomp filter (app/tools/sandbox_seccomp.py) denies the system calls that widen the kernel's attack surface
+  (namespaces, mounts, keyrings, io_uring, bpf, ptrace...);
 - it dies with the app, and killing its launcher kills every process inside (they share its PID namespace).
 With `isolation == "none"` (macOS, or an explicit opt-out) only the resource limits apply.
 """
@@ -20,11 +23,13 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 from app.config import SandboxLimits
+from app.tools import sandbox_seccomp
 from app.tools.sandbox_cgroup import SandboxCgroup, cgroups_possible
 
 # Inside the sandbox: where the kernel works, and where the two scripts that start it are mounted.
@@ -34,6 +39,7 @@ _HERE = Path(__file__).parent
 LAUNCHER = _HERE / "sandbox_kernel.py"  # applies the limits, then starts ipykernel
 STARTUP = _HERE / "sandbox_startup.py"  # runs inside the kernel before the first cell
 NETWORK_LAUNCHER = _HERE / "sandbox_network.py"  # connects the sandbox to the network (DEMO_KERNEL_NETWORK)
+ENTER = _HERE / "sandbox_enter.py"  # starts bubblewrap with its seccomp filter as a descriptor
 # Read-only system folders the kernel needs (libraries, certificates, time zones, fonts).
 _SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc")
 # User ids given to sandboxes when the app runs as root: a range no distribution hands out to people.
@@ -66,6 +72,11 @@ class SessionLayout:
     @property
     def work(self) -> Path:
         return self.folder / "work"
+
+    @property
+    def seccomp(self) -> Path:
+        """The sandbox's seccomp filter (in the spec folder, which the sandbox never sees)."""
+        return self.specs / "seccomp.bpf"
 
     def create(self) -> None:
         for path in (self.folder, self.uploads, self.run, self.specs, self.work):
@@ -121,14 +132,25 @@ def _system_mounts() -> list[str]:
     return args
 
 
-def _namespaces(uid: int | None) -> list[str]:
+# A user namespace of its own, where the kernel's user is an ordinary user that cannot make nested ones.
+_OWN_USER = ["--unshare-user", "--disable-userns", "--uid", "1000", "--gid", "1000"]
+
+
+def _namespaces(as_root: bool) -> list[str]:
     args = ["--unshare-pid", "--unshare-ipc", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
             "--hostname", "sandbox", "--die-with-parent", "--new-session"]
-    if uid is None:  # not root: a user namespace of its own, where the app's user is an ordinary user
-        args += ["--unshare-user", "--disable-userns", "--uid", "1000", "--gid", "1000"]
-    else:  # root: the launcher inside switches to the session's own user id, then has no capability left
-        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
-    return args
+    if not as_root:
+        return [*_OWN_USER, *args]
+    # bubblewrap run by root can only map root into a user namespace: here the launcher inside switches to the
+    # session's user id, and a nested bubblewrap run as that user makes the user namespace (see _user_stage).
+    return [*args, "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+
+
+def _user_stage(bwrap: str, uid: int, seccomp: Path) -> list[str]:
+    """Root only: the launcher's arguments that switch to `uid`, then start the kernel in a nested bubblewrap that
+    adds the user namespace and the seccomp filter (the outer one keeps everything else)."""
+    return ["--as-user", str(uid), "--", bwrap, *_OWN_USER, "--dev-bind", "/", "/", "--die-with-parent",
+            "--seccomp", str(seccomp), "--", sys.executable, f"{SANDBOX_SCRIPTS}/{LAUNCHER.name}"]
 
 
 def _temporary_folder(layout: SessionLayout) -> list[str]:
@@ -144,9 +166,12 @@ def bubblewrap_prefix(layout: SessionLayout, limits: SandboxLimits) -> list[str]
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         raise SandboxUnavailable(_INSTALL_HINT)
+    as_root = sandbox_uid(layout) is not None
     return [
         bwrap,
-        *_namespaces(sandbox_uid(layout)),
+        *_namespaces(as_root),
+        # sandbox_enter.py turns the path into a descriptor; under root the nested bubblewrap loads the filter.
+        *(["--seccomp", str(layout.seccomp)] if not as_root else []),
         *_system_mounts(),
         "--proc", "/proc", "--dev", "/dev",
         # The same path inside and out, because the sockets are named by it (made before /tmp, which may hold it).
@@ -173,8 +198,20 @@ def kernel_argv(layout: SessionLayout, limits: SandboxLimits, cgroup: SandboxCgr
     scripts = SANDBOX_SCRIPTS
     join = cgroup.join_command() if cgroup is not None else []
     network = [sys.executable, str(NETWORK_LAUNCHER)] if limits.network else []
-    return [*join, *network, *bubblewrap_prefix(layout, limits), sys.executable, f"{scripts}/{LAUNCHER.name}",
-            "--startup", f"{scripts}/{STARTUP.name}", "-f", "{connection_file}"]
+    sandbox_seccomp.write_filter(layout.seccomp)
+    prefix = bubblewrap_prefix(layout, limits)
+    uid = sandbox_uid(layout)
+    user = _user_stage(prefix[0], uid, layout.seccomp) if uid is not None else []
+    return [*join, *network, sys.executable, str(ENTER), *prefix, sys.executable, f"{scripts}/{LAUNCHER.name}",
+            *user, "--startup", f"{scripts}/{STARTUP.name}", "-f", "{connection_file}"]
+
+
+def kernel_pids_inside(layout: SessionLayout, limits: SandboxLimits) -> tuple[int, ...] | None:
+    """The PIDs, in the sandbox's PID namespace, of bubblewrap's init, the nested bubblewrap (root only) and the
+    kernel, which start in this order before any code runs; None without a sandbox."""
+    if limits.isolation == "none":
+        return None
+    return (1, 2, 3) if sandbox_uid(layout) is not None else (1, 2)
 
 
 def working_folder(layout: SessionLayout, limits: SandboxLimits) -> str:
@@ -201,12 +238,23 @@ def _bubblewrap_works(as_root: bool) -> str:
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return _INSTALL_HINT
-    probe = [bwrap, *_namespaces(0 if as_root else None), *_system_mounts(), "--proc", "/proc", "--dev", "/dev",
-             "--", sys.executable, "-c", "pass"]
     try:
-        done = subprocess.run(probe, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"bubblewrap could not be run: {exc}"
+        sandbox_seccomp.filter_bpf()
+    except sandbox_seccomp.SeccompUnavailable as exc:
+        return str(exc)
+    with tempfile.TemporaryDirectory(prefix="composite-demo-probe-") as folder:
+        seccomp = Path(folder) / "seccomp.bpf"
+        sandbox_seccomp.write_filter(seccomp)
+        stage = ["--seccomp", str(seccomp), "--", sys.executable, "-c", "pass"]
+        if as_root:  # the same two stages as a kernel's (see _user_stage); the nested one mounts on /tmp
+            stage = ["--dir", "/tmp", "--", sys.executable, f"{SANDBOX_SCRIPTS}/{LAUNCHER.name}",
+                     *_user_stage(bwrap, _ROOT_MODE_UIDS[0], seccomp)[:-2], sys.executable, "-c", "pass"]
+        probe = [sys.executable, str(ENTER), bwrap, *_namespaces(as_root), *_system_mounts(), "--proc", "/proc",
+                 "--dev", "/dev", *_bind(LAUNCHER, f"{SANDBOX_SCRIPTS}/{LAUNCHER.name}"), *stage]
+        try:
+            done = subprocess.run(probe, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"bubblewrap could not be run: {exc}"
     if done.returncode != 0:
         return (f"bubblewrap is installed but cannot make a sandbox here ({done.stderr.strip()[:300]}); user "
                 "namespaces may be disabled (sysctl kernel.unprivileged_userns_clone / user.max_user_namespaces, "

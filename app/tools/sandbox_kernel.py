@@ -2,8 +2,11 @@
 sandbox.py builds it), inside bubblewrap unless isolation is off; never imported by the app:
 `python sandbox_kernel.py --startup <startup file> -f <connection file>`.
 
+When the app runs as root it is first run as `sandbox_kernel.py --as-user UID -- COMMAND...`: it switches to that
+unprivileged user (no capability survives) and runs COMMAND, a nested bubblewrap that gives the kernel a user
+namespace of its own, without nested ones, and the seccomp filter (the outer bubblewrap, run by root, cannot).
+
 Its settings come from DEMO_SANDBOX_* variables, removed before user code runs:
-- DEMO_SANDBOX_UID: set when the app runs as root; the kernel switches to this user id (no capability survives).
 - DEMO_SANDBOX_MEMORY_MB / CPU_S / FILE_MB / PROCESSES: address space, CPU seconds, file size and process limits.
 `no_new_privs` is set, so no set-user-id program can give the code back the privileges it dropped.
 """
@@ -25,16 +28,21 @@ _PR_SET_NO_NEW_PRIVS = 38
 
 
 def drop_privileges() -> None:
-    uid = os.environ.pop("DEMO_SANDBOX_UID", "").strip()
     if sys.platform.startswith("linux"):
         if ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
-    if uid and os.geteuid() == 0:
-        os.setgroups([])
-        os.setgid(int(uid))
-        os.setuid(int(uid))
-        if os.geteuid() == 0 or os.getuid() == 0:
-            raise SystemExit("the sandbox could not drop root")
+
+
+def run_as_user(uid: int, command: list[str]) -> None:
+    """Become `uid` for good, then run `command` in place of this process."""
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
+    if os.geteuid() == 0 or os.getuid() == 0:
+        raise SystemExit("the sandbox could not drop root")
+    drop_privileges()
+    prepare_home()  # as the user: the kernel writes there; and the nested bubblewrap mounts its own tmpfs on /tmp
+    os.execv(command[0], command)
 
 
 def apply_limits() -> None:
@@ -55,6 +63,8 @@ def prepare_home() -> None:
 
 
 def main(argv: list[str]) -> None:
+    if len(argv) > 2 and argv[1] == "--as-user":
+        run_as_user(int(argv[2]), argv[argv.index("--") + 1:])
     drop_privileges()
     apply_limits()
     prepare_home()

@@ -1,5 +1,6 @@
 """Gives a bubblewrap sandbox the network without the host's loopback. Run as a script by the kernel spec when
-DEMO_KERNEL_NETWORK is on (never imported by the app): `python sandbox_network.py bwrap ARGS...`.
+DEMO_KERNEL_NETWORK is on (never imported by the app): `python sandbox_network.py [LAUNCHER...] bwrap ARGS...`
+(the launcher that starts bubblewrap, sandbox_enter.py, may come first).
 
 bubblewrap makes the sandbox's own network namespace and reports its first process (--info-fd); slirp4netns then
 connects that namespace to the outside through a user-space TCP/IP stack, with --disable-host-loopback so that
@@ -33,9 +34,10 @@ def _sandbox_pid(info_fd: int) -> int:
     return int(json.loads(data[: data.index(b"}") + 1])["child-pid"])
 
 
-def main(bwrap_argv: list[str]) -> int:
+def main(argv: list[str]) -> int:
     read_end, write_end = os.pipe()
-    sandbox = subprocess.Popen([bwrap_argv[0], "--info-fd", str(write_end), *bwrap_argv[1:]], pass_fds=(write_end,),
+    at = next(i for i, arg in enumerate(argv) if os.path.basename(arg) == "bwrap") + 1
+    sandbox = subprocess.Popen([*argv[:at], "--info-fd", str(write_end), *argv[at:]], pass_fds=(write_end,),
                                preexec_fn=_die_with_parent)
     os.close(write_end)
     pid = _sandbox_pid(read_end)
