@@ -45,7 +45,7 @@ model: $(STAMP)
 
 run: setup
 	@echo "Starting the demo on http://$(HOST):$(PORT) (Ctrl+C stops it)"
-	@$(VENV)/bin/streamlit run app/main.py --server.address $(HOST) --server.port $(PORT)
+	@$(VENV)/bin/streamlit run app/web.py --server.address $(HOST) --server.port $(PORT)
 
 # The OpenAI-compatible API: 127.0.0.1:8000 unless HOST / PORT say otherwise (BACKEND, MODEL and API_KEY too).
 API_PORT := $(if $(filter command line environment,$(origin PORT)),$(PORT),8000)

@@ -17,7 +17,8 @@ from app.ui import history, persistence, sidebar, state  # noqa: E402
 from app.ui.tool_settings import KEPT_PREFIX  # noqa: E402
 
 offline_by_default()
-st.set_page_config(page_title="Composite LLM demo", page_icon=":material/forum:", layout="wide")
+# An emoji icon is drawn in the browser; a :material/...: one is fetched from fonts.gstatic.com on every load.
+st.set_page_config(page_title="Composite LLM demo", page_icon="💬", layout="wide")
 
 # Not "pages/": Streamlit treats a pages/ folder next to the entry script as a legacy multipage app and, on a fresh
 # server, serves a deep link such as /tools as that file alone (no sidebar, no sys.path fix) until st.navigation

@@ -31,6 +31,7 @@ from app.media import IMAGE_TYPES, ImageError, check_message_images, prepare_ima
 from app.tools.browser import cited_sources
 from app.tools.documents import UPLOAD_TYPES, DocumentError, document_attachment
 from app.ui import persistence, state
+from app.ui.safe_markdown import safe_label, safe_markdown
 from app.ui.sidebar import SidebarState, page_section
 
 ATTACHMENT_TYPES = [*IMAGE_TYPES, *UPLOAD_TYPES]  # what a page's message box accepts: pictures and documents
@@ -57,7 +58,7 @@ def show_model(client: Client | None, detail: str = "") -> None:
     every session) it is writing now."""
     if client is None:
         return
-    st.caption(client.describe() + detail)
+    st.caption(safe_markdown(client.describe() + detail))
     with page_section():
         st.caption(_VISION_LABELS[client.capabilities.vision])
         activity = client.activity()
@@ -90,7 +91,8 @@ def _sources(bubble: Any, tool_results: list[Message]) -> None:
     found = cited_sources("\n".join(m.content for m in tool_results))
     if bubble is not None and found:
         with bubble:
-            st.caption("Sources: " + " · ".join(f"[[{n}] {title}]({url})" for n, title, url in found))
+            links = " · ".join(f"[[{n}] {title}]({url})" for n, title, url in found)
+            st.caption(safe_markdown("Sources: " + links))
 
 
 def render_message(message: Message) -> None:
@@ -98,7 +100,7 @@ def render_message(message: Message) -> None:
         if message.images:
             columns = st.columns(min(len(message.images), 4))
             for index, image in enumerate(message.images):
-                columns[index % len(columns)].image(image.data, caption=image.name, width="content")
+                columns[index % len(columns)].image(image.data, caption=safe_markdown(image.name), width="content")
         _render_answer(message, {})
 
 
@@ -107,18 +109,20 @@ def _render_answer(
 ) -> None:
     if message.thinking:
         with st.expander(thought_label(message), icon=_THOUGHT_ICON):
-            st.markdown(message.thinking)
+            st.markdown(safe_markdown(message.thinking))
     if message.content:
-        st.markdown(transform(message.content) if transform and message.role == "assistant" else message.content)
+        content = transform(message.content) if transform and message.role == "assistant" else message.content
+        st.markdown(safe_markdown(content))
     for document in (a for a in message.attachments if a.kind == "document"):
         if not document.text:
-            st.warning(f"{document.name}: {document.note}", icon=":material/warning:")
+            st.warning(safe_markdown(f"{document.name}: {document.note}"), icon=":material/warning:")
             continue
         note = f" · {document.note}" if document.note else ""
-        with st.expander(f":material/description: {document.name} ({len(document.text):,} characters{note})"):
+        label = f":material/description: {document.name} ({len(document.text):,} characters{note})"
+        with st.expander(safe_label(label)):
             st.text(document.text)
     if message.error:
-        st.error(message.error, icon=":material/error:")
+        st.error(safe_markdown(message.error), icon=":material/error:")
     # Same order as while streaming: the generation's metrics, then the cards of the calls it made.
     if message.metrics is not None and message.role == "assistant" and not message.error:
         _metrics_caption(message)
@@ -131,10 +135,10 @@ def _render_answer(
 
 def _card_label(call: ToolCall, result: Message | None) -> str:
     if result is None:
-        return f"{call.name} · no result"
+        return safe_label(f"{call.name} · no result")
     took = f" · {result.duration_s:.2f} s" if result.duration_s is not None else ""
     outcome = {"stopped": " · stopped", "failed": " · failed"}.get(result.tool_status or "", "")
-    return f"{call.name}{took}{outcome}"
+    return safe_label(f"{call.name}{took}{outcome}")
 
 
 def _card_state(result: Message | None) -> str:
@@ -165,7 +169,7 @@ def _images(message: Message | None) -> None:
     """Plots and generated pictures go in the chat itself, under their card."""
     for attachment in message.attachments if message is not None else []:
         if attachment.kind == "image":
-            st.image(attachment.data, caption=attachment.name or None)
+            st.image(attachment.data, caption=safe_markdown(attachment.name) or None)
 
 
 def thought_label(message: Message) -> str:
@@ -179,7 +183,7 @@ def thought_label(message: Message) -> str:
 
 def _metrics_caption(message: Message) -> None:
     assert message.metrics is not None
-    summary = message.metrics.summary()
+    summary = safe_markdown(message.metrics.summary())  # an imported conversation's metrics are not ours
     if message.stopped:
         st.caption(f":orange[Stopped] · {summary}")
     else:
@@ -189,7 +193,7 @@ def _metrics_caption(message: Message) -> None:
 def _show_call_being_written(slot: Any, call: ToolCallWriting) -> None:
     """A code tool's program as code (its JSON string decoded as far as it goes), any other call as its JSON."""
     with slot.container():
-        st.caption(f"Writing a call to {call.name or 'a tool'}...")
+        st.caption(safe_markdown(f"Writing a call to {call.name or 'a tool'}..."))
         code = _partial_json_string(call.arguments, '{"code": "')
         if code is not None:
             st.code(code, language="python", wrap_lines=True)
@@ -250,13 +254,13 @@ def stream_turn(
                     text += event.text
                     now = time.monotonic()
                     if now - last_flush >= _FLUSH_EVERY_S:
-                        body.markdown(text)
+                        body.markdown(safe_markdown(text, streaming=True))
                         last_flush = now
                 elif isinstance(event, Waiting):
                     if card is not None:
-                        card.update(label=f"Running {card_name}... {time.monotonic() - card_started:.1f} s")
+                        card.update(label=safe_label(f"Running {card_name}... {time.monotonic() - card_started:.1f} s"))
                     elif not writing_call:
-                        body.markdown(text or ":grey[waiting for the model...]")
+                        body.markdown(safe_markdown(text, streaming=True) or ":grey[waiting for the model...]")
                 elif isinstance(event, ToolCallWriting):
                     if not writing_call and not text:
                         body.empty()  # no "waiting" above a call that is being written
@@ -266,7 +270,7 @@ def stream_turn(
                         _show_call_being_written(writing, event)
                         last_flush = now
                 elif isinstance(event, Notice):
-                    notices.caption(event.text)
+                    notices.caption(safe_markdown(event.text))
                 elif isinstance(event, AnswerDone):
                     persistence.save(page, conversation)  # each answer is stored as soon as it is complete
                     if thought is not None:
@@ -275,13 +279,13 @@ def stream_turn(
                     writing.empty()
                     writing_call = False
                     content = event.message.content or ""
-                    body.markdown(transform(content) if transform else content)
+                    body.markdown(safe_markdown(transform(content) if transform else content))
                     if not event.message.error and (event.message.content or event.message.tool_calls):
                         _metrics_caption(event.message)
                     text = ""
                 elif isinstance(event, ToolCallStarted):
                     card_name, card_started = event.call.name, time.monotonic()
-                    card = st.status(f"Running {card_name}...", state="running", expanded=True)
+                    card = st.status(safe_label(f"Running {card_name}..."), state="running", expanded=True)
                     with card:
                         _arguments(event.call)
                 elif isinstance(event, ToolCallFinished):
@@ -297,7 +301,7 @@ def stream_turn(
                     body = st.empty()
                     writing = st.empty()
                 elif isinstance(event, TurnError):
-                    st.error(event.message, icon=":material/error:")
+                    st.error(safe_markdown(event.message), icon=":material/error:")
                 elif isinstance(event, TurnDone):
                     pass
 
@@ -319,19 +323,19 @@ class _Thought:
     def add(self, text: str) -> None:
         self.text += text
         if time.monotonic() - self.last_flush >= _FLUSH_EVERY_S:
-            self.body.markdown(self.text)
+            self.body.markdown(safe_markdown(self.text, streaming=True))
             self.status.update(label=f"Thinking... {time.monotonic() - self.started:.0f} s")
             self.last_flush = time.monotonic()
 
     def answer_started(self) -> None:
         if self.thinking:
             self.thinking = False
-            self.body.markdown(self.text)
+            self.body.markdown(safe_markdown(self.text, streaming=True))
             self.status.update(label=f"Thought for {time.monotonic() - self.started:.1f} s", state="complete")
 
     def done(self, message: Message) -> None:
         with self.slot.expander(thought_label(message), icon=_THOUGHT_ICON):
-            st.markdown(message.thinking or self.text)
+            st.markdown(safe_markdown(message.thinking or self.text))
 
 
 def answer_if_asked(
@@ -405,8 +409,8 @@ def _is_image_name(name: str) -> bool:
 def _refuse_message(submitted: Any, error: ImageError) -> None:
     """A picture that cannot be used: nothing is sent and the conversation is unchanged; the typed text is shown
     back, ready to copy, since the message box has already been emptied."""
-    st.error(f"**Not sent.** {error} Attach a PNG, JPEG, WebP or GIF picture and send the message again.",
-             icon=":material/hide_image:")
+    st.error(safe_markdown(f"**Not sent.** {error} Attach a PNG, JPEG, WebP or GIF picture and send the message "
+                           "again."), icon=":material/hide_image:")
     text = submitted if isinstance(submitted, str) else getattr(submitted, "text", "") or ""
     if text.strip():
         st.caption("Your message, to copy:")

@@ -7,6 +7,7 @@ import streamlit as st
 from app.clients.base import Client, ClientError
 from app.clients.registry import create_client
 from app.config import ModelSettings
+from app.ui.safe_markdown import safe_markdown
 
 
 def _release(client: Client) -> None:
@@ -32,7 +33,7 @@ def load_client(settings: ModelSettings) -> Client | None:
                         else f"Loading {name}... (first load of a model takes a while)"):
             return _cached_client(settings)
     except ClientError as exc:
-        st.error(f"**Model not loaded.** {exc}", icon=":material/error:")
+        st.error(safe_markdown(f"**Model not loaded.** {exc}"), icon=":material/error:")
     except Exception as exc:  # never let a loader bug take the page down
-        st.error(f"**Model not loaded** ({type(exc).__name__}): {exc}", icon=":material/error:")
+        st.error(safe_markdown(f"**Model not loaded** ({type(exc).__name__}): {exc}"), icon=":material/error:")
     return None

@@ -12,6 +12,7 @@ from app.conversation import Conversation
 from app.storage import ConversationNotFound, ImportRejected, StorageError
 from app.ui import persistence
 from app.ui.persistence import owner, store
+from app.ui.safe_markdown import safe_label, safe_markdown
 
 _LISTED = 30
 _NOTICE = "_history_notice"
@@ -19,7 +20,7 @@ _NOTICE = "_history_notice"
 
 def render(page: str, conversation: Conversation) -> None:
     if notice := st.session_state.pop(_NOTICE, None):
-        st.toast(notice, icon=":material/upload:")
+        st.toast(safe_label(notice), icon=":material/upload:")
     with st.sidebar:
         st.subheader("History")
         who = owner()
@@ -34,13 +35,13 @@ def render(page: str, conversation: Conversation) -> None:
         try:
             listed = store().list(who, page=page, search=search.strip(), limit=_LISTED)
         except StorageError as exc:
-            st.caption(f"The history is not available: {exc}")
+            st.caption(safe_markdown(f"The history is not available: {exc}"))
             return
         current = persistence.binding(page).conversation_id
         if not listed:
             st.caption("No conversation matches." if search.strip() else "Conversations appear here once sent.")
         for item in listed:
-            st.button(item.title or "Untitled", key=f"history_open/{item.id}", width="stretch",
+            st.button(safe_label(item.title) or "Untitled", key=f"history_open/{item.id}", width="stretch",
                       type="primary" if item.id == current else "tertiary",
                       help=f"{item.message_count} messages · {item.updated_at:%Y-%m-%d %H:%M} UTC",
                       on_click=_open, args=(page, conversation, item.id))
@@ -55,7 +56,7 @@ def _open(page: str, conversation: Conversation, conversation_id: str) -> None:
     except ConversationNotFound:
         st.toast("That conversation no longer exists.", icon=":material/search_off:")
     except StorageError as exc:
-        st.toast(f"Could not open the conversation: {exc}", icon=":material/error:")
+        st.toast(safe_label(f"Could not open the conversation: {exc}"), icon=":material/error:")
 
 
 def _file_name(title: str, suffix: str) -> str:
@@ -80,7 +81,8 @@ def _this_conversation(page: str, conversation: Conversation, conversation_id: s
                               file_name=_file_name(stored.title, ".md"), mime="text/markdown", on_click="ignore",
                               data=lambda: store().export_markdown(who, conversation_id))
         with st.popover("Delete", icon=":material/delete:", width="stretch"):
-            st.write(f"Delete **{stored.title or 'Untitled'}** and its {stored.message_count} messages for good?")
+            title = stored.title or "Untitled"
+            st.markdown(safe_markdown(f"Delete **{title}** and its {stored.message_count} messages for good?"))
             st.button("Delete for good", key="history_delete", type="primary",
                       on_click=_delete, args=(page, conversation, who, conversation_id))
 
@@ -89,14 +91,14 @@ def _rename(page: str, who: str, conversation_id: str, title: str, version: int)
     try:
         persistence.binding(page).version = store().rename(who, conversation_id, title, version)
     except StorageError as exc:
-        st.toast(f"Could not rename: {exc}", icon=":material/error:")
+        st.toast(safe_label(f"Could not rename: {exc}"), icon=":material/error:")
 
 
 def _delete(page: str, conversation: Conversation, who: str, conversation_id: str) -> None:
     try:
         store().delete(who, conversation_id)
     except StorageError as exc:
-        st.toast(f"Could not delete: {exc}", icon=":material/error:")
+        st.toast(safe_label(f"Could not delete: {exc}"), icon=":material/error:")
         return
     persistence.start_new(page, conversation)
     st.toast("Deleted.", icon=":material/delete:")
@@ -110,10 +112,10 @@ def _import(page: str, who: str) -> None:
     try:
         imported = store().import_json(who, upload.getvalue(), page=page)  # it joins this page's history
     except ImportRejected as exc:
-        st.error(f"{upload.name} was not imported: {exc}", icon=":material/error:")
+        st.error(safe_markdown(f"{upload.name} was not imported: {exc}"), icon=":material/error:")
         return
     except StorageError as exc:
-        st.error(f"{upload.name} could not be imported: {exc}", icon=":material/error:")
+        st.error(safe_markdown(f"{upload.name} could not be imported: {exc}"), icon=":material/error:")
         return
     st.session_state[_NOTICE] = f"Imported {upload.name}."  # a toast right before a rerun would be lost
     persistence.show_next_run(imported)  # opened before its settings' widgets are drawn

@@ -92,7 +92,7 @@ def render() -> None:
         for connection in connections:
             status = connection.status()
             whose = "added by you" if status.owner else "mcp.json"
-            st.markdown(f"{_ICONS[status.state]} **{status.name}** · {status.kind} · {whose}")
+            st.markdown(f"{_ICONS[status.state]} **{plain(status.name)}** · {status.kind} · {whose}")
             st.caption(plain(status.message))
             if status.owner:
                 st.button("Remove", key=f"mcp.remove.{status.name}", on_click=_remove, args=(status.name,))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app.generation_defaults import SAMPLING_FIELDS, GenerationDefaults
+from app.ui.safe_markdown import safe_markdown
 
 _APPLIED_KEY = "_sampling_defaults_applied"  # the defaults the sliders were last derived from
 # The widgets' ranges; a model default outside one is clamped into it (Streamlit refuses such a value).
@@ -54,7 +55,7 @@ def render(defaults: GenerationDefaults) -> dict[str, float | int]:
     note = f"Model defaults: {defaults.describe()}."
     if changed:
         note += f" Changed by you: {', '.join(changed)}."
-    st.caption(note)
+    st.caption(safe_markdown(note))  # the model's files wrote part of it
     st.button("Reset to model defaults", on_click=_reset, args=(defaults,), key="reset_sampling",
               disabled=not changed, width="stretch")
     return values

@@ -11,6 +11,7 @@ from app.dialects import DIALECTS
 from app.tools import load_tools
 from app.tools.registry import Tool, ToolRegistry
 from app.ui import mcp_settings, sidebar
+from app.ui.safe_markdown import safe_label
 
 KEPT_PREFIX = "settings."  # app/main.py keeps widget values under this prefix while another page is shown
 _AUTO = "auto"
@@ -30,7 +31,7 @@ def render(client: Client | None, page: str, registry: ToolRegistry | None = Non
         enabled = [
             tool.name
             for tool in registry
-            if st.toggle(tool.name, key=f"{KEY_PREFIX}enabled.{tool.name}", help=_help(tool))
+            if st.toggle(safe_label(tool.name), key=f"{KEY_PREFIX}enabled.{tool.name}", help=_help(tool))
         ]
         mcp_settings.render()
         choices = ["auto", "none", "required", *enabled]

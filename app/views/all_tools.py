@@ -9,6 +9,7 @@ from app.tools import load_tools, sandbox
 from app.ui import sidebar, state, tool_settings
 from app.ui.chat_view import ATTACHMENT_TYPES, answer_if_asked, render_history, show_model
 from app.ui.client_cache import load_client
+from app.ui.safe_markdown import safe_markdown
 from app.ui.session_tools import session_tools
 
 PAGE = "all_tools"
@@ -35,7 +36,7 @@ with sidebar.page_section():
         st.toast("The Python kernel was restarted.", icon=":material/restart_alt:")
 show_model(client)
 if python_unavailable:
-    st.warning(f"The Python tool is off. {python_unavailable}", icon=":material/shield:")
+    st.warning(safe_markdown(f"The Python tool is off. {python_unavailable}"), icon=":material/shield:")
 with st.expander("What the tools can do, and what the Python sandbox does and does not promise"):
     limits = tools_of_session.kernel.limits
     isolated = limits.isolation != "none"
