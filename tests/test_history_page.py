@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.conversation import Message
+from app.conversation import Attachment, Message
 from app.storage import ConversationStore, open_database
 from tests.helpers import open_app
 
@@ -148,3 +148,67 @@ def test_with_authentication_configured_a_visitor_who_has_not_signed_in_saves_an
     assert shown(at) == ["user", "assistant"]  # the chat works...
     assert [e.title for e in database.list("local")] == ["a conversation of the local user"]  # ...and saves nothing
     assert "c" not in at.query_params
+
+
+# ----- stored data the page cannot use as it is (saved before imports were strict, or written by hand) -------------
+
+def _open_link(at, conversation_id: str):
+    at.query_params["c"] = conversation_id  # the conversation's link, in a session that was on the Chat page
+    at.run()
+    assert not at.exception
+
+
+def test_a_stored_setting_of_the_wrong_type_is_left_at_its_default_with_a_notice(app, database):
+    conversation = database.create("local", "chat", settings={"system_prompt": ["Be", "terse"], "tool_choice": "auto"})
+    database.append("local", conversation, Message("user", "Hello there"))
+    database.append("local", conversation, Message("assistant", "Hi!"))
+    _open_link(app, conversation)  # it crashed here, in the sidebar's system prompt, on every open of the link
+    assert shown(app) == ["user", "assistant"]
+    assert app.text_area(key="system_prompt").value == ""  # the default
+    assert any("settings.system_prompt: Input should be a valid string" in toast.value for toast in app.toast)
+    send(app, "And now?")  # the conversation goes on, and its settings are valid again
+    assert database.get("local", conversation).settings["system_prompt"] == ""
+
+
+def test_a_stored_conversation_that_cannot_be_read_says_so_and_the_rest_of_the_app_works(app, database):
+    from datetime import UTC, datetime
+
+    from sqlalchemy import insert
+
+    from app.storage.models import MessageRow
+
+    broken = database.create("local", "chat", title="Broken")
+    with database.engine.begin() as connection:
+        connection.execute(insert(MessageRow).values(conversation_id=broken, seq=0, deleted=False, search_text="",
+                                                     payload='{"role": "user", "content": ["x"]}',
+                                                     created_at=datetime.now(UTC)))
+    _open_link(app, broken)
+    (error,) = [e.value for e in app.error if "could not be shown" in e.value]
+    assert "messages[0].content: Input should be a valid string" in error and "It is kept" in error
+    assert "Traceback" not in error and "/app/" not in error
+    assert shown(app) == [] and app.button(key=f"history_open/{broken}")  # the history lists it
+    send(app, "A new question")  # goes to a new conversation: the unreadable one stays as it was
+    assert shown(app) == ["user", "assistant"] and not [e for e in app.error if "could not be shown" in e.value]
+    assert [entry.title for entry in database.list("local")] == ["A new question", "Broken"]
+    app.button(key=f"history_open/{broken}").click().run()  # opened from the history: the same message
+    assert not app.exception and any("could not be shown" in e.value for e in app.error)
+    app.button(key="history_delete").click().run()  # ...and it can be deleted
+    assert not app.exception and [entry.title for entry in database.list("local")] == ["A new question"]
+
+
+def test_a_stored_conversation_that_fails_to_draw_shows_why_instead_of_a_traceback(app, database):
+    conversation = database.create("local", "chat")
+    database.append("local", conversation, Message("user", "Look", attachments=[
+        Attachment("image", "photo.png", data=b"not a picture at all")]))  # stored before the import checked it
+    _open_link(app, conversation)
+    assert any("could not be shown: UnidentifiedImageError" in e.value for e in app.error)
+    app.button(key="history_new").click().run()  # the sidebar works: a new conversation
+    assert not app.exception and shown(app) == [] and not app.error
+
+
+def test_every_setting_a_page_restores_has_a_checked_type():
+    """A setting added to the pages must be added to the stored shape, or imports would refuse it (extra key)."""
+    from app.storage.schema import SettingsRecord
+    from app.ui.persistence import SETTINGS_KEYS
+
+    assert set(SETTINGS_KEYS) == set(SettingsRecord.model_fields)

@@ -66,6 +66,7 @@ def show_model(client: Client | None, detail: str = "") -> None:
             st.caption(":material/groups: " + activity.describe(), help=_ACTIVITY_HELP)
 
 
+@persistence.shown_safely  # a stored conversation that cannot be drawn says why instead of stopping the page
 def render_history(conversation: Conversation, transform: Callable[[str], str] | None = None) -> None:
     """User messages in their own bubbles; everything the assistant did for one question (answers, tool calls and
     their results) in one assistant bubble."""

@@ -5,24 +5,32 @@ event that changed it (a message sent, an answer or a tool result finished, Rege
 fingerprint of each message it saved, so it only appends what is new, and truncates (with the version it last
 saw) only when the conversation was rewound. When saving fails the conversation stays as it is on screen and the
 next save tries again: nothing is lost. Everything here lives in st.session_state; the store is one per process.
+
+A stored conversation the page cannot show (a message in no shape this version reads, or anything that makes
+drawing it fail) is explained in its place, never a traceback, and stays in the history to export or delete; a
+stored setting of the wrong type is left at its default, with a notice.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ParamSpec
 
 import streamlit as st
 
 from app.conversation import Conversation, Message
-from app.storage import (ConversationNotFound, ConversationStore, StorageError, StoredConversation, VersionConflict,
-                         default_store)
+from app.storage import (ConversationNotFound, ConversationStore, StorageError, StoredConversation,
+                         UnreadableConversation, VersionConflict, default_store)
 from app.storage.codec import encode_message_json
+from app.storage.schema import SettingsRecord
 from app.ui import state
+from app.ui.safe_markdown import safe_label, safe_markdown
 
 log = logging.getLogger(__name__)
 LOCAL_OWNER = "local"  # a demo on one's own machine: one user, every conversation theirs
@@ -30,6 +38,7 @@ QUERY_KEY = "c"
 _BINDING = "_binding"
 # Settings that belong to a conversation: restored into these widget keys when it is opened.
 SETTINGS_KEYS = {"system_prompt": "system_prompt", "tool_choice": "settings.{page}.choice"}
+P = ParamSpec("P")
 
 
 @dataclass
@@ -40,6 +49,7 @@ class Binding:
     version: int = 0
     saved: list[str] = field(default_factory=list)  # fingerprints of the saved messages, in order
     settings: dict[str, Any] = field(default_factory=dict)
+    problem: str | None = None  # why the bound conversation cannot be shown (then the page shows none of it)
 
 
 class _StoreOpener:
@@ -115,21 +125,48 @@ def open_from_url(page: str, conversation: Conversation) -> None:
     if who is None:
         return
     if wanted and wanted != bound.conversation_id:
+        problem = None
         try:
             stored = store().get(who, wanted)
         except ConversationNotFound:
             _point_url_at(bound)
             st.toast("That conversation does not exist (or is not yours).", icon=":material/search_off:")
             return
+        except UnreadableConversation as exc:
+            stored, problem = exc.stored, str(exc)
         except StorageError as exc:
-            st.toast(f"Could not open the conversation: {exc}", icon=":material/error:")
+            st.toast(safe_label(f"Could not open the conversation: {exc}"), icon=":material/error:")
             return
         if stored.page == page:
-            show(page, conversation, stored)
+            show(page, conversation, stored, problem)
         else:
             _point_url_at(bound)
     elif bound.conversation_id and wanted != bound.conversation_id:
         _point_url_at(bound)
+    if (problem := binding(page).problem) is not None:  # on every run while the page is bound to it
+        st.error(cannot_show(problem), icon=":material/error:")
+
+
+def cannot_show(problem: str) -> str:
+    return safe_markdown(f"This conversation could not be shown: {problem}. It is kept: export it or delete it "
+                         "(This conversation, in the sidebar), or start a new conversation.")
+
+
+def shown_safely(render: Callable[P, None]) -> Callable[P, None]:
+    """Wrap the function that draws a stored conversation: when drawing fails, whatever it drew is replaced by
+    why, instead of a traceback that ends the run (the sidebar and the history are drawn before it and work)."""
+
+    @functools.wraps(render)
+    def guarded(*args: P.args, **kwargs: P.kwargs) -> None:
+        slot = st.empty()
+        try:
+            with slot.container():
+                render(*args, **kwargs)
+        except Exception as exc:  # Streamlit's rerun and stop are BaseExceptions: they pass
+            log.exception("A conversation could not be shown")
+            slot.error(cannot_show(f"{type(exc).__name__}: {str(exc)[:300]}"), icon=":material/error:")
+
+    return guarded
 
 
 def _point_url_at(bound: Binding) -> None:
@@ -144,17 +181,29 @@ def load(page: str, conversation: Conversation, conversation_id: str) -> None:
     who = owner()
     if who is None:
         raise ConversationNotFound(conversation_id)
-    show(page, conversation, store().get(who, conversation_id))
+    try:
+        show(page, conversation, store().get(who, conversation_id))
+    except UnreadableConversation as exc:
+        show(page, conversation, exc.stored, str(exc))
 
 
-def show(page: str, conversation: Conversation, stored: StoredConversation) -> None:
-    """Make `stored` the page's conversation, with its settings."""
-    conversation.messages[:] = stored.messages
+def show(page: str, conversation: Conversation, stored: StoredConversation, problem: str | None = None) -> None:
+    """Make `stored` the page's conversation, with its settings; given a `problem` (its messages cannot be read),
+    bind the page to it without messages, saying why."""
+    conversation.messages[:] = stored.messages if problem is None else []
+    raw = stored.settings if isinstance(stored.settings, dict) else {}  # a JSON column holds any JSON
     state.replace_per_page(_BINDING, page, Binding(stored.id, stored.version,
-                                                  [fingerprint(m) for m in stored.messages], dict(stored.settings)))
+                                                  [fingerprint(m) for m in conversation.messages], dict(raw),
+                                                  problem))
+    settings, wrong = SettingsRecord.usable(stored.settings)
     for name, key in SETTINGS_KEYS.items():
-        if name in (stored.settings or {}):
-            st.session_state[key.format(page=page)] = stored.settings[name]
+        if name in settings:
+            st.session_state[key.format(page=page)] = settings[name]
+        elif name in raw:  # of the wrong type: the widget's default, not the previous conversation's
+            st.session_state.pop(key.format(page=page), None)
+    if wrong:
+        st.toast(safe_label("Settings of this conversation that could not be used were left at their defaults: "
+                            + "; ".join(wrong)), icon=":material/warning:")
     st.query_params[QUERY_KEY] = stored.id
 
 
@@ -179,6 +228,10 @@ def save(page: str, conversation: Conversation) -> bool:
     """Bring the stored conversation level with the page's; False (with a visible warning) if that failed."""
     bound = binding(page)
     prints = [fingerprint(m) for m in conversation.messages]
+    if bound.problem is not None:  # the unshowable conversation stays as stored; what is written now goes anew
+        if not prints:
+            return True
+        bound = state.replace_per_page(_BINDING, page, Binding())
     if owner() is None or (bound.conversation_id is None and not prints):
         return True  # a visitor who has not signed in keeps the conversation in this tab only
     try:
@@ -192,8 +245,8 @@ def save(page: str, conversation: Conversation) -> bool:
                    "conversation to keep chatting with history.", icon=":material/delete:")
     except StorageError as exc:
         log.warning("Saving the conversation failed", exc_info=True)
-        st.warning(f"The conversation could not be saved ({exc}); it stays here and is saved at the next "
-                   "message.", icon=":material/cloud_off:")
+        st.warning(safe_markdown(f"The conversation could not be saved ({exc}); it stays here and is saved at the next "
+                                 "message."), icon=":material/cloud_off:")
     return False
 
 
