@@ -6,15 +6,17 @@ network is allow-listed in DEMO_BROWSER_ALLOW (comma-separated host names, IP ad
 An IPv6 address that carries an IPv4 address (IPv4-mapped or -compatible, NAT64, SIIT, 6to4, Teredo) must be
 public itself and so must the IPv4 address it leads to. Odd IPv4 spellings (2130706433, 0177.0.0.1, 127.1,
 0x7f.1) are judged by the address they resolve to, like host names. Callers check again on every redirect.
-(The check and the connection resolve separately, so a DNS server that answers differently the second time
-could still slip through; the allow-list is the strict option.)
+`fetch_guarded` connects to the very address the check judged (the request goes to that IP, with the host name in
+the Host header and as TLS SNI, and the certificate is verified for the name), so a DNS server that answers
+differently the second time (DNS rebinding) cannot redirect the connection; an allow-listed host name is trusted
+and resolved as usual. Every failure, whatever httpx raised, is a ToolError.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import socket
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import httpx
 
@@ -79,8 +81,9 @@ def _describe(address: IPAddress) -> str:
     return f"{address} (which leads to {', '.join(map(str, embedded))})" if embedded else str(address)
 
 
-def check_url(url: str) -> None:
-    """Raise ToolError unless `url` is an http(s) URL whose host resolves only to allowed addresses."""
+def check_url(url: str) -> IPAddress | None:
+    """Raise ToolError unless `url` is an http(s) URL whose host resolves only to allowed addresses. Returns the
+    address to connect to (the first one it resolves to), or None for an allow-listed host name."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https"):
         raise ToolError(f"only http and https URLs can be opened (got {parts.scheme or 'no scheme'!r}).")
@@ -89,14 +92,14 @@ def check_url(url: str) -> None:
         raise ToolError(f"{url!r} has no host name.")
     allowed_hosts, allowed_networks = _allow_list()
     if host in allowed_hosts:
-        return
+        return None
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, ValueError) as exc:
         raise ToolError(f"cannot resolve {host!r} ({exc}); the computer may be offline.") from None
-    for info in infos:
-        address = ipaddress.ip_address(info[4][0].split("%")[0])
+    addresses = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
+    for address in addresses:
         if any(address in network for network in allowed_networks):
             continue
         if not is_public(address):
@@ -104,6 +107,21 @@ def check_url(url: str) -> None:
                 f"refused to open {url}: {host} resolves to {_describe(address)}, a private, local or reserved "
                 "address. (An administrator can allow it with DEMO_BROWSER_ALLOW.)"
             )
+    if not addresses:
+        raise ToolError(f"cannot resolve {host!r}; the computer may be offline.")
+    return addresses[0]
+
+
+def _pinned(url: str, address: IPAddress | None) -> tuple[str, dict[str, str], dict[str, str]]:
+    """(URL, headers, httpx extensions) that reach `url` at `address`: the IP in the URL, the name in the Host header
+    and as TLS SNI (httpx then verifies the certificate for the name). Unchanged for address None."""
+    if address is None:
+        return url, {}, {}
+    parts, target = urlsplit(url), httpx.URL(url)
+    ip = f"[{address}]" if address.version == 6 else str(address)
+    netloc = ip + (f":{parts.port}" if parts.port else "")
+    extensions = {"sni_hostname": target.host} if parts.scheme == "https" else {}
+    return urlunsplit(parts._replace(netloc=netloc)), {"Host": target.netloc.decode("ascii")}, extensions
 
 
 def fetch_guarded(url: str, max_bytes: int, timeout_s: float, what: str = "file",
@@ -113,8 +131,8 @@ def fetch_guarded(url: str, max_bytes: int, timeout_s: float, what: str = "file"
     try:
         with httpx.Client(timeout=timeout_s, follow_redirects=False, headers={"User-Agent": user_agent}) as http:
             for _ in range(MAX_REDIRECTS + 1):
-                check_url(url)
-                with http.stream("GET", url) as response:
+                pinned, host_header, extensions = _pinned(url, check_url(url))
+                with http.stream("GET", pinned, headers=host_header, extensions=extensions) as response:
                     if response.is_redirect and "location" in response.headers:
                         url = urljoin(url, response.headers["location"])
                         continue
@@ -123,8 +141,8 @@ def fetch_guarded(url: str, max_bytes: int, timeout_s: float, what: str = "file"
                     return url, response.headers.get("content-type", ""), _read_capped(response, max_bytes, what)
     except (httpx.ConnectError, httpx.TimeoutException, httpx.NetworkError) as exc:
         raise ToolError(f"could not reach {url} ({type(exc).__name__}); the computer may be offline.") from None
-    except httpx.HTTPError as exc:
-        raise ToolError(f"could not open {url}: {exc}") from None
+    except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError, ValueError) as exc:  # InvalidURL is no HTTPError
+        raise ToolError(f"could not open {url[:200]}: {str(exc)[:200]}") from None
     raise ToolError(f"{url} redirected more than {MAX_REDIRECTS} times.")
 
 
