@@ -279,6 +279,50 @@ class SandboxLimits:
 
 
 @dataclass(frozen=True)
+class SchemaLimits:
+    """The largest JSON Schema (a tool's parameters, a response format) a grammar is built from, and how long
+    compiling that grammar may take. Compile time grows steeply with enum values, alternatives and regex length
+    (measured with SmolLM2's vocabulary: 10,000 enum values 3.7 s, 100,000 over 7 minutes), so sizes are refused
+    before any work; the limits are OpenAI's own for structured outputs or looser."""
+
+    max_bytes: int = 100_000  # the schema as JSON text
+    max_nodes: int = 2_000  # JSON values in it: objects, arrays, strings, numbers...
+    max_depth: int = 128  # objects and arrays nested
+    max_enum: int = 1_000  # enum and const values in the whole schema
+    max_pattern: int = 300  # characters of one regex (pattern, patternProperties)
+    compile_timeout_s: float = 10.0  # a grammar not compiled by then is refused (transformers backend)
+
+    @classmethod
+    def from_env(cls) -> SchemaLimits:
+        return cls(
+            max_bytes=_int("DEMO_SCHEMA_MAX_BYTES", cls.max_bytes),
+            max_nodes=_int("DEMO_SCHEMA_MAX_NODES", cls.max_nodes),
+            max_depth=_int("DEMO_SCHEMA_MAX_DEPTH", cls.max_depth),
+            max_enum=_int("DEMO_SCHEMA_MAX_ENUM", cls.max_enum),
+            max_pattern=_int("DEMO_SCHEMA_MAX_PATTERN", cls.max_pattern),
+            compile_timeout_s=_float("DEMO_GRAMMAR_COMPILE_TIMEOUT_S", cls.compile_timeout_s),
+        )
+
+
+@dataclass(frozen=True)
+class HTTPTimeouts:
+    """How long the API and MCP servers wait for a client (app/http_timeouts.py): a connection that stays idle, or
+    a request whose headers or body never complete (a half-open or trickling client), is closed after these."""
+
+    keep_alive_s: float = 5.0  # idle between requests on a kept-alive connection
+    headers_s: float = 10.0  # from connecting (or the first byte of the next request) to the end of its headers
+    body_s: float = 120.0  # from the end of the headers to the end of the body (up to ~70 MB with images)
+
+    @classmethod
+    def from_env(cls) -> HTTPTimeouts:
+        return cls(
+            keep_alive_s=_float("DEMO_HTTP_KEEP_ALIVE_S", cls.keep_alive_s),
+            headers_s=_float("DEMO_HTTP_HEADERS_TIMEOUT_S", cls.headers_s),
+            body_s=_float("DEMO_HTTP_BODY_TIMEOUT_S", cls.body_s),
+        )
+
+
+@dataclass(frozen=True)
 class ServerSettings:
     """Defaults of the API server's command line (app/server.py)."""
 

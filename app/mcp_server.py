@@ -39,7 +39,8 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from app.config import McpSettings
+from app.config import HTTPTimeouts, McpSettings
+from app.http_timeouts import uvicorn_options
 from app.media import ImageError, sniff_mime
 from app.tools import load_tools, sandbox
 from app.tools.registry import RunningCall, ToolRegistry, ToolResult
@@ -176,8 +177,9 @@ def serve_http(server: Server[Any], host: str, port: int, api_key: str | None) -
         print(f"Warning: {host} without --api-key: anyone who can reach this port can run code in the sandbox.",
               file=sys.stderr)
     print(f"Serving MCP (Streamable HTTP) on {base_url}/mcp", file=sys.stderr)
-    # Shutdown waits at most 2 s for open streams.
-    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=2)
+    # Shutdown waits at most 2 s for open streams; requests that never arrive whole are cut (app/http_timeouts.py).
+    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=2,
+                **uvicorn_options(HTTPTimeouts.from_env()))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -7,7 +7,8 @@ Streams are Server-Sent Events through sse-starlette in OpenAI's format: the rol
 `delta.tool_calls` pieces as they are generated (name first, then argument text), the finish reason, usage when
 asked, `[DONE]`. GET /metrics is in Prometheus' format.
 
-No client can hold the model or the process: bodies over 4 MB and conversations over the message and character
+No client can hold the model or the process: a connection whose request headers or body do not arrive in time is
+closed (app/http_timeouts.py); bodies over 4 MB and conversations over the message and character
 limits are refused before any model work; a client that disconnects, streaming or not, cancels its generation;
 on shutdown every generation is cancelled. Every error, whatever failed, is answered in OpenAI's error shape
 without server internals.
@@ -43,7 +44,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app import server_models as api
 from app.clients.base import Client, ClientError, Delta
 from app.clients.registry import create_client
-from app.config import ImageSettings, ModelSettings, ServerSettings, offline_by_default
+from app.config import HTTPTimeouts, ImageSettings, ModelSettings, ServerSettings, offline_by_default
+from app.http_timeouts import uvicorn_options
 from app.server_metrics import ServerMetrics
 from app.server_models import APIError, ChatRequest, ErrorBody, ModelList, error_response
 from app.server_responses import Reply, finish_reason
@@ -368,7 +370,9 @@ class ChatCompletions:
                                 f"{self.holder.served_name!r}.", param="model", code="model_not_found")
         api.check_supported(body)
         params = api.generation_params(body, client.generation_defaults, self.default_max_tokens)
-        tools, response_format = api.tool_request(body), api.response_format(body)
+        # Validating schemas against the meta-schema is pure Python (up to a few tenths of a second): off the loop.
+        tools = await run_in_threadpool(api.tool_request, body)
+        response_format = await run_in_threadpool(api.response_format, body)
         # Images are decoded (and http(s) ones fetched, where allowed) off the event loop.
         messages = await run_in_threadpool(api.messages, body, api.image_fetcher(ImageSettings.from_env()))
         cancel = threading.Event()
@@ -490,8 +494,9 @@ def main() -> None:
     print(f"Serving the OpenAI-compatible API on http://{args.host}:{args.port}/v1 (model loads in the background; "
           "GET /health says when it is ready)")
     # On SIGTERM, requests still running after the timeout are cancelled, and with them their generations.
+    # Connections that never finish sending a request are closed (app/http_timeouts.py).
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
-                timeout_graceful_shutdown=server.shutdown_timeout_s)
+                timeout_graceful_shutdown=server.shutdown_timeout_s, **uvicorn_options(HTTPTimeouts.from_env()))
 
 
 if __name__ == "__main__":

@@ -23,8 +23,9 @@ from app.thinking import THINK_TAGS
 from app.conversation import AnswerMetrics
 from app.dialects import ConstrainedCall, Dialect, detect_dialect, get_dialect
 from app.dialects.constraint import call_ebnf, reply_ebnf
-from app.config import ImageSettings
+from app.config import ImageSettings, SchemaLimits
 from app.generation_defaults import GenerationDefaults, generation_defaults
+from app.schema_limits import schema_size_problem
 
 # Used only when a model ships no chat template at all (base models): plain ChatML.
 FALLBACK_CHAT_TEMPLATE = (
@@ -193,6 +194,7 @@ class ChatTemplate:
         """The prompt that fits the context window, and the rules of the reply: its grammar and its processor."""
         if not self.vision and has_images(messages):
             raise ClientError(NO_VISION)
+        _check_grammar_sizes(tools, response_format)
         encoded, dropped = self._fit(messages, params, tools)
         token_ids = encoded.token_ids
         dialect = self.dialect_for(tools)
@@ -251,6 +253,24 @@ class ChatTemplate:
         except Exception as exc:  # a template that cannot render these messages
             raise ClientError(f"The model's chat template could not render the conversation: {exc}") from exc
         return fitting[len(fitted.messages)], fitted.dropped_messages
+
+
+def _check_grammar_sizes(tools: ToolRequest | None, response_format: ResponseFormat | None) -> None:
+    """Refuse, before any other work, the schemas a grammar would be built from that are too large to build one
+    from in reasonable time (app/schema_limits.py). The API server checks its requests earlier; this covers the
+    pages and MCP tools."""
+    limits = SchemaLimits.from_env()
+    for tool in tools.forced_tools if tools else []:
+        if (problem := schema_size_problem(tool["function"].get("parameters") or {}, limits)) is not None:
+            raise ClientError(f"The parameters of {tool['function']['name']} cannot be enforced as a grammar: "
+                              f"{problem}.")
+    if response_format is not None and response_format.constrained:
+        schemas = [response_format.schema or {}, *((t["function"].get("parameters") or {})
+                                                   for t in (tools.active_tools if tools else []))]
+        for schema in schemas:
+            if (problem := schema_size_problem(schema, limits)) is not None:
+                raise ClientError(f"The response format's JSON Schema (or an offered tool's) cannot be enforced: "
+                                  f"{problem}.")
 
 
 def _grammar(forced: list[ConstrainedCall], dialect: Dialect, offered: list[dict[str, Any]],

@@ -17,6 +17,8 @@ from typing import Any
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
+from app.clients.grammar_compile import CACHE_LIMIT_BYTES, DeadlineCompiler
+
 
 class GrammarViolation(RuntimeError):
     """The reply's own token did not fit its grammar: constrained decoding itself went wrong (never the model)."""
@@ -78,7 +80,7 @@ class ConstrainedDecoding:
                 info = xgr.TokenizerInfo.from_huggingface(
                     self._tokenizer, vocab_size=self._vocab_size, stop_token_ids=self._stop_token_ids or None
                 )
-                self._compiler = xgr.GrammarCompiler(info)
+                self._compiler = DeadlineCompiler(xgr.GrammarCompiler(info, cache_limit_bytes=CACHE_LIMIT_BYTES))
             return self._compiler
 
     def logits_processors(self, ebnf: str) -> LogitsProcessorList:

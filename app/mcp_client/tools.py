@@ -16,9 +16,11 @@ from typing import Any
 from mcp import types
 from jsonschema import Draft202012Validator, SchemaError
 
+from app.config import SchemaLimits
 from app.mcp_client.connection import ServerConnection
 from app.mcp_client.manager import McpManager
 from app.mcp_client.results import to_output
+from app.schema_limits import schema_size_problem
 from app.tools.registry import Tool, ToolError, ToolOutput, ToolRegistry, function_schema
 
 logger = logging.getLogger(__name__)
@@ -53,6 +55,9 @@ def _parameters(server: str, tool: types.Tool) -> dict[str, Any] | None:
     try:
         if schema["type"] != "object":
             raise SchemaError("the root is not an object")
+        # Sizes first: checking a huge schema against its meta-schema alone takes seconds (640 KB of anyOf: 8 s).
+        if (problem := schema_size_problem(schema, SchemaLimits.from_env())) is not None:
+            raise SchemaError(problem)
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
         logger.warning("MCP server %s: tool %r left out, its input schema is not usable: %s", server, tool.name,
