@@ -115,13 +115,14 @@ def pdf_bytes(text: str) -> bytes:
 
 @contextmanager
 def streamlit_app(env: dict[str, str], log_name: str = "streamlit.log") -> Iterator[str]:
-    """`streamlit run app/main.py` on a free 127.0.0.1 port with `env`; yields its URL, stops it after."""
+    """The app as `make run` serves it (`streamlit run app/web.py`: app/main.py behind its Content-Security-Policy)
+    on a free 127.0.0.1 port with `env`; yields its URL, stops it after."""
     from harness.local_http import free_port
     from harness.processes import server_process
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    command = [sys.executable, "-m", "streamlit", "run", "app/main.py", "--server.address", "127.0.0.1",
+    command = [sys.executable, "-m", "streamlit", "run", "app/web.py", "--server.address", "127.0.0.1",
                "--server.port", str(port), "--server.headless", "true"]
     with server_process(command, f"{url}/_stcore/health", cwd=ROOT, env=env, log=ARTIFACTS / log_name,
                         start_timeout_s=60):

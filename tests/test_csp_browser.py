@@ -5,24 +5,15 @@ got into the page anyway: the second line behind the markdown sanitiser."""
 from __future__ import annotations
 
 import os
-import sys
 
 from app.ui.csp import HEADER
-from tests.helpers import ARTIFACTS, ROOT
+from tests.helpers import streamlit_app
 from tests.test_remote_images_browser import listener
 
 
 def test_the_served_app_forbids_remote_loads_and_still_works(tiny_model_dir, browser):
-    from harness.local_http import free_port
-    from harness.processes import server_process
-
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    command = [sys.executable, "-m", "streamlit", "run", "app/web.py", "--server.address", "127.0.0.1",
-               "--server.port", str(port), "--server.headless", "true"]
     env = {**os.environ, "DEMO_MODEL": str(tiny_model_dir), "HF_HUB_OFFLINE": "1"}
-    with listener() as (base, requests), server_process(command, f"{url}/_stcore/health", cwd=ROOT, env=env,
-                                                        log=ARTIFACTS / "streamlit-csp.log", start_timeout_s=60):
+    with listener() as (base, requests), streamlit_app(env, "streamlit-csp.log") as url:
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         violations: list[str] = []
         page.on("console", lambda message: violations.append(message.text)
