@@ -5,6 +5,8 @@ and the number of sandboxes. Each test failed before the fix."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import io
 import os
 import sys
 import threading
@@ -13,6 +15,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from app.config import SandboxLimits
 from app.tools.kernel import KernelSession, SandboxBusy
@@ -215,6 +218,52 @@ def test_a_cell_timeout_ends_the_processes_the_cell_started(tmp_path):
         assert session.execute("print(kept)").text() == "still here"  # the kernel itself goes on
     finally:
         session.shutdown()
+
+
+def test_a_cell_that_returns_leaves_no_process_behind(kernel):
+    """Not only a timed-out cell: one that starts a process in a session of its own and returns at once (or fakes
+    its own end with a forged idle status) used to leave it running until the session ended."""
+    marker = f"{uuid.uuid4().int % 10**6}.25"
+    result = kernel.execute(
+        "import subprocess, sys\n"
+        f"subprocess.Popen([sys.executable, '-c', 'import time\\nwhile True: time.sleep({marker})'], "
+        "start_new_session=True)\n"
+        "ip = get_ipython()\n"
+        "ip.kernel.session.send(ip.kernel.iopub_socket, 'status', {'execution_state': 'idle'}, "
+        "parent=ip.kernel.get_parent())\n"
+        "import time; time.sleep(1)")
+    deadline = time.monotonic() + 5
+    while _running(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _running(marker) == [] and "left running were ended" in result.text()
+    kernel.execute("import time; time.sleep(1.5)")  # the forged end's cell finishes before the next test
+
+
+def test_output_tagged_for_another_request_still_counts_as_a_flood(kernel):
+    """Messages with a made-up parent are never shown; they used to be ignored by the flood measure too, so a cell
+    could send them for its whole time limit."""
+    started = time.monotonic()
+    result = kernel.execute("ip = get_ipython()\n"
+                            "while True:\n"
+                            "    ip.kernel.session.send(ip.kernel.iopub_socket, 'stream', "
+                            "{'name': 'stdout', 'text': 'x'}, parent={'msg_id': 'forged'})")
+    assert "kept sending output far past its limits" in result.text()
+    assert time.monotonic() - started < LIMITS.cell_timeout_s
+
+
+def test_clearing_the_output_does_not_renew_the_work_spent_on_pictures():
+    from app.tools.kernel_output import CellResult, OutputCollector
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (400, 400), "white").save(buffer, "PNG")
+    encoded = base64.b64encode(buffer.getvalue() + b"\0" * 300_000).decode()  # a real PNG, 0.3 MB with padding
+    collector = OutputCollector(CellResult(), LIMITS)
+    shown = 0
+    for _ in range(40):
+        collector.add({"msg_type": "display_data", "content": {"data": {"image/png": encoded}}})
+        shown += len(collector.result.images)
+        collector.add({"msg_type": "clear_output", "content": {}})
+    assert shown <= 2 * LIMITS.image_mb * 2**20 / 300_000 + 1  # it was 40: every clear renewed the budget
 
 
 @pytest.mark.skipif(not cgroups_possible(), reason="this process may not make cgroups (not root, nothing delegated)")

@@ -32,9 +32,15 @@ __all__ = ["CellOutput", "CellResult", "KernelSession", "SandboxBusy", "SandboxL
 log = logging.getLogger(__name__)
 
 _KERNEL_NAME = "composite-demo-sandbox"
-# A message bigger than this from the kernel drops its connection instead of filling the app's memory (plots are a
-# few MB at most; text is capped far below it, in the kernel and again here).
-_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+# Messages the app's sockets take from the kernel: one bigger than the largest picture a cell may show (base64)
+# drops the connection instead of filling the app's memory, and at most this many wait unread per socket (past it
+# the kernel's further output is dropped), so a flooding cell cannot queue gigabytes before it is stopped.
+_MIN_MESSAGE_BYTES = 16 * 1024 * 1024
+_QUEUED_MESSAGES = 64
+
+
+def _max_message_bytes(limits: SandboxLimits) -> int:
+    return max(_MIN_MESSAGE_BYTES, int(limits.image_mb * 1024 * 1024 * 4 / 3) + 1024 * 1024)
 _INTERRUPT_GRACE_S = 3.0  # an interrupted cell that still runs after this: the kernel is stopped instead
 
 # The sandboxes of this process that are running or starting (each may take total_memory_mb): see _admit.
@@ -159,7 +165,8 @@ class KernelSession:
             self._cgroup = SandboxCgroup.make(f"composite-demo-{layout.folder.name}", self.limits.total_memory_mb,
                                               self.limits.processes, self.limits.cpus)
         context = zmq.Context()
-        context.setsockopt(zmq.MAXMSGSIZE, _MAX_MESSAGE_BYTES)
+        context.setsockopt(zmq.MAXMSGSIZE, _max_message_bytes(self.limits))
+        context.setsockopt(zmq.RCVHWM, _QUEUED_MESSAGES)
         specs = _write_kernel_spec(layout, self.limits, self._cgroup)
         manager = KernelManager(
             kernel_name=_KERNEL_NAME,
@@ -311,8 +318,13 @@ class KernelSession:
                         return
                     continue
                 if message.get("parent_header", {}).get("msg_id") != msg_id:
-                    continue  # output of an earlier, interrupted cell: never mixed into this one
+                    collector.skip()  # another request's (an interrupted cell's, or forged): never mixed in
+                    continue
                 if collector.add(message):
+                    # A cell's processes end with it (a cell that returns at once could leave a busy one behind).
+                    if self._end_cell_processes(manager):
+                        result.notes.append("[The processes the cell left running were ended: a cell's processes "
+                                            "end with it.]")
                     return
         finally:
             self._running_msg = None

@@ -27,7 +27,7 @@ _PARTIAL_ANSI = re.compile(r"\x1b(\[[0-9;?]*)?$")
 _TEXT_MIMES = ("text/markdown", "text/latex", "application/json", "text/html")
 _IMAGE_MIMES = ("image/png", "image/jpeg")
 _IMAGE_FORMATS = {"image/png": "PNG", "image/jpeg": "JPEG"}
-_MAX_PIXELS = 40_000_000  # a plot is a few megapixels; more is a decompression bomb, not a figure
+_MAX_PIXELS = 16_000_000  # a plot is a few megapixels; more is a decompression bomb, not a figure
 # A cell that keeps sending after its budgets are spent is stopped once it has sent this many times its budgets,
 # or this many messages that were dropped.
 _FLOOD_FACTOR = 20
@@ -80,14 +80,21 @@ class OutputCollector:
         self.max_images = limits.max_images
         self.max_image_bytes = int(limits.image_mb * 1024 * 1024)
         self._chars = self._images = self._image_bytes = 0  # kept now (clear_output frees them)
-        self._received = self._dropped_messages = 0  # everything sent, kept or not: the flood measure
+        # Everything sent, kept or not, whatever clear_output did: the flood measure, text and pictures apart.
+        self._received = self._received_image_bytes = self._dropped_messages = 0
+        self._decoded_image_bytes = 0  # pictures checked with Pillow in this cell, shown or cleared since
         self._noted: set[str] = set()
 
     @property
     def flooding(self) -> bool:
         """The cell has sent far more than its budgets could ever show: it should be stopped."""
-        budget = self.max_chars + self.max_image_bytes
-        return self._received > _FLOOD_FACTOR * budget or self._dropped_messages > _FLOOD_MESSAGES
+        return (self._received > _FLOOD_FACTOR * self.max_chars
+                or self._received_image_bytes > _FLOOD_FACTOR * self.max_image_bytes
+                or self._dropped_messages > _FLOOD_MESSAGES)
+
+    def skip(self) -> None:
+        """A message of no concern to this cell (tagged for another request): dropped, but it counts as sent."""
+        self._dropped_messages += 1
 
     def add(self, message: dict[str, Any]) -> bool:
         """Add one message of this cell; True once the cell is finished."""
@@ -161,14 +168,17 @@ class OutputCollector:
             outputs.append(CellOutput(kind, text))
 
     def _add_image(self, mime: str, encoded: str) -> None:
-        self._received += len(encoded)
+        self._received_image_bytes += len(encoded)
         size = len(encoded) * 3 // 4  # checked before decoding: nothing past the budget is ever decoded
-        if self._images >= self.max_images or self._image_bytes + size > self.max_image_bytes + 3:
+        # clear_output frees the shown budget, not the work: at most twice the budget is ever decoded per cell.
+        if (self._images >= self.max_images or self._image_bytes + size > self.max_image_bytes + 3
+                or self._decoded_image_bytes + size > 2 * self.max_image_bytes + 3):
             self._dropped_messages += 1
             if self._first("images"):
                 self.result.notes.append(f"[More pictures were not shown: a cell may show {self.max_images} "
                                          f"pictures, {self.max_image_bytes / 2**20:g} MB in all.]")
             return
+        self._decoded_image_bytes += size
         data = _checked_image(encoded, _IMAGE_FORMATS[mime])
         if data is None:
             self._dropped_messages += 1
