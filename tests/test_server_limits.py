@@ -47,6 +47,7 @@ PATHOLOGICAL = {
     "anyOf": (_alternatives(3000), "more than 2000 values"),
     "pattern": (_object_with({"type": "string", "pattern": "(ab|cd|[a-z]{2,5})" * 100}), "longer than 300"),
     "repeat": (_object_with({"type": "string", "pattern": "a{1,50000}"}), "more than 100 times"),
+    "length": (_object_with({"type": "string", "maxLength": 100_000}), "maxLength in the JSON Schema is over"),
 }
 
 
@@ -180,6 +181,42 @@ def test_the_real_compiler_answers_a_grammar_again_from_its_cache(tiny_client):
         timings.append(time.perf_counter() - started)
     print(f"\nthe same grammar compiled in {timings[0] * 1000:.1f} ms, then {timings[1] * 1000:.1f} ms")
     assert timings[1] < timings[0] / 5
+
+
+def test_at_most_two_grammars_compile_at_once_and_the_rest_give_up_at_their_limit(monkeypatch):
+    """A compile past its limit goes on in the background: many distinct slow schemas must not each take a core."""
+    monkeypatch.setenv("DEMO_GRAMMAR_COMPILE_TIMEOUT_S", "0.5")
+    running, most = [0], [0]
+    lock = threading.Lock()
+
+    class Slow:
+        def compile_grammar(self, ebnf: str) -> str:
+            with lock:
+                running[0] += 1
+                most[0] = max(most[0], running[0])
+            time.sleep(1.5)
+            with lock:
+                running[0] -= 1
+            return ebnf
+
+    compiler = DeadlineCompiler(Slow())
+    outcomes: list[str] = []
+
+    def ask(i: int) -> None:
+        try:
+            outcomes.append(compiler.compile_grammar(f'root ::= "{i}"'))
+        except GrammarTooSlow as exc:
+            outcomes.append(str(exc))
+
+    askers = [threading.Thread(target=ask, args=(i,)) for i in range(6)]
+    for asker in askers:
+        asker.start()
+    for asker in askers:
+        asker.join(10)
+    time.sleep(2.5)  # the two that started finish in the background; the others never start
+    assert len(outcomes) == 6
+    assert all("longer than 0.5 s" in o or "other grammars were being compiled" in o for o in outcomes)
+    assert most[0] == 2
 
 
 def test_a_compile_over_the_limit_raises_grammar_too_slow(monkeypatch):

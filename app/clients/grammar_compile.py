@@ -19,6 +19,9 @@ from app.config import SchemaLimits
 # xgrammar's compiler keeps every compiled grammar by its text; without a cap, many distinct large schemas would
 # grow the process without end (one of 300 alternatives takes 4 MB).
 CACHE_LIMIT_BYTES = 256 * 2**20
+# Compiles running at once: one past its limit goes on in the background, and a client sending many distinct slow
+# schemas must not pile up threads that each take a core.
+PARALLEL_COMPILES = 2
 
 
 class GrammarTooSlow(RuntimeError):
@@ -34,6 +37,7 @@ class DeadlineCompiler:
         self._compiler = compiler
         self._compiling: dict[str, Future[Any]] = {}
         self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(PARALLEL_COMPILES)
 
     def compile_grammar(self, ebnf: str) -> Any:
         timeout_s = SchemaLimits.from_env().compile_timeout_s
@@ -41,7 +45,7 @@ class DeadlineCompiler:
             future = self._compiling.get(ebnf)
             if future is None:
                 future = self._compiling[ebnf] = Future()
-                threading.Thread(target=self._compile, args=(ebnf, future), name="grammar-compile",
+                threading.Thread(target=self._compile, args=(ebnf, future, timeout_s), name="grammar-compile",
                                  daemon=True).start()
         try:
             return future.result(timeout_s)
@@ -49,9 +53,15 @@ class DeadlineCompiler:
             raise GrammarTooSlow(f"compiling it took longer than {timeout_s:g} s; simplify the JSON Schema (fewer "
                                  "enum values or alternatives, shorter patterns)") from None
 
-    def _compile(self, ebnf: str, future: Future[Any]) -> None:
+    def _compile(self, ebnf: str, future: Future[Any], timeout_s: float) -> None:
         try:
-            future.set_result(self._compiler.compile_grammar(ebnf))
+            if not self._slots.acquire(timeout=timeout_s):  # its waiters have given up by now: do not start it
+                raise GrammarTooSlow(f"{PARALLEL_COMPILES} other grammars were being compiled for {timeout_s:g} s; "
+                                     "try again later")
+            try:
+                future.set_result(self._compiler.compile_grammar(ebnf))
+            finally:
+                self._slots.release()
         except BaseException as exc:  # handed to every waiter, never lost in the thread
             future.set_exception(exc)
         finally:
