@@ -64,3 +64,35 @@ def test_https_is_pinned_with_the_name_as_sni(monkeypatch):
                                           {"sni_hostname": "example.com"})
     url, headers, _ = net_guard._pinned("http://example.com:8080/", net_guard.ipaddress.ip_address("2606:2800::1"))
     assert (url, headers) == ("http://[2606:2800::1]:8080/", {"Host": "example.com:8080"})
+
+
+def test_a_site_that_trickles_its_body_is_cut_at_the_whole_time_limit(monkeypatch):
+    """httpx's timeout is per read: a byte every 0.3 s never trips it, and once held a fetch for ever."""
+    import threading
+    import time
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    done = threading.Event()
+
+    def trickle() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.recv(65536)
+            connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 1000\r\n\r\n")
+            while not done.wait(0.3):
+                try:
+                    connection.sendall(b"x")
+                except OSError:
+                    return
+
+    threading.Thread(target=trickle, daemon=True).start()
+    monkeypatch.setenv("DEMO_BROWSER_ALLOW", "127.0.0.1")
+    started = time.monotonic()
+    try:
+        with pytest.raises(ToolError, match="took too long"):
+            fetch_guarded(f"http://127.0.0.1:{port}/slow", 10_000, 1.5)
+    finally:
+        done.set()
+        listener.close()
+    assert time.monotonic() - started < 3

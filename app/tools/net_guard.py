@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import time
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import httpx
@@ -127,10 +128,15 @@ def _pinned(url: str, address: IPAddress | None) -> tuple[str, dict[str, str], d
 def fetch_guarded(url: str, max_bytes: int, timeout_s: float, what: str = "file",
                   user_agent: str = "composite-llm-demo/1.0") -> tuple[str, str, bytes]:
     """(final URL, content type, body) of a GET, checking the guard before every hop (redirects are followed
-    here, never by httpx) and reading at most `max_bytes`. Every failure is a ToolError that says what happened."""
+    here, never by httpx) and reading at most `max_bytes`, all within `timeout_s` in total (httpx's timeout is per
+    read: a server trickling a byte at a time would hold the call for ever). Every failure is a ToolError that says
+    what happened."""
+    deadline = time.monotonic() + timeout_s
     try:
         with httpx.Client(timeout=timeout_s, follow_redirects=False, headers={"User-Agent": user_agent}) as http:
             for _ in range(MAX_REDIRECTS + 1):
+                if time.monotonic() > deadline:
+                    raise ToolError(f"{url} took too long to answer (redirects included); the site is too slow.")
                 pinned, host_header, extensions = _pinned(url, check_url(url))
                 with http.stream("GET", pinned, headers=host_header, extensions=extensions) as response:
                     if response.is_redirect and "location" in response.headers:
@@ -138,7 +144,8 @@ def fetch_guarded(url: str, max_bytes: int, timeout_s: float, what: str = "file"
                         continue
                     if response.status_code >= 400:
                         raise ToolError(f"{url} answered HTTP {response.status_code}.")
-                    return url, response.headers.get("content-type", ""), _read_capped(response, max_bytes, what)
+                    body = _read_capped(response, max_bytes, what, deadline)
+                    return url, response.headers.get("content-type", ""), body
     except (httpx.ConnectError, httpx.TimeoutException, httpx.NetworkError) as exc:
         raise ToolError(f"could not reach {url} ({type(exc).__name__}); the computer may be offline.") from None
     except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError, ValueError) as exc:  # InvalidURL is no HTTPError
@@ -146,7 +153,7 @@ def fetch_guarded(url: str, max_bytes: int, timeout_s: float, what: str = "file"
     raise ToolError(f"{url} redirected more than {MAX_REDIRECTS} times.")
 
 
-def _read_capped(response: httpx.Response, max_bytes: int, what: str) -> bytes:
+def _read_capped(response: httpx.Response, max_bytes: int, what: str, deadline: float) -> bytes:
     declared = response.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > max_bytes:
         raise ToolError(f"the {what} is larger than {max_bytes / 2**20:g} MB.")
@@ -156,4 +163,6 @@ def _read_capped(response: httpx.Response, max_bytes: int, what: str) -> bytes:
         if size > max_bytes:
             raise ToolError(f"the {what} is larger than {max_bytes / 2**20:g} MB.")
         chunks.append(chunk)
+        if time.monotonic() > deadline:
+            raise ToolError(f"the {what} took too long to arrive; the site is too slow.")
     return b"".join(chunks)
