@@ -197,6 +197,14 @@ def _running(marker: str) -> list[str]:
     return found
 
 
+def _gone(marker: str, wait_s: float = 5) -> bool:
+    """No process with `marker` on its command line is left, within `wait_s`."""
+    deadline = time.monotonic() + wait_s
+    while _running(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return _running(marker) == []
+
+
 def test_a_cell_timeout_ends_the_processes_the_cell_started(tmp_path):
     session = KernelSession(tmp_path / "k", SandboxLimits(cell_timeout_s=4))
     marker = f"{uuid.uuid4().int % 10**6}.5"
@@ -210,10 +218,7 @@ def test_a_cell_timeout_ends_the_processes_the_cell_started(tmp_path):
             "    if os.fork() == 0: os.execv(sys.executable, [sys.executable, '-c', spin])\n"
             "    os._exit(0)\n"
             "time.sleep(60)")
-        deadline = time.monotonic() + 5
-        while _running(marker) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert _running(marker) == []  # they used to run on until the session ended
+        assert _gone(marker)  # they used to run on until the session ended
         assert result.timed_out and "processes the cell started were ended" in result.text()
         assert session.execute("print(kept)").text() == "still here"  # the kernel itself goes on
     finally:
@@ -232,10 +237,7 @@ def test_a_cell_that_returns_leaves_no_process_behind(kernel):
         "ip.kernel.session.send(ip.kernel.iopub_socket, 'status', {'execution_state': 'idle'}, "
         "parent=ip.kernel.get_parent())\n"
         "import time; time.sleep(1)")
-    deadline = time.monotonic() + 5
-    while _running(marker) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert _running(marker) == [] and "left running were ended" in result.text()
+    assert _gone(marker) and "left running were ended" in result.text()
     kernel.execute("import time; time.sleep(1.5)")  # the forged end's cell finishes before the next test
 
 
