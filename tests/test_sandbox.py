@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 import uuid
 
@@ -138,12 +139,9 @@ def test_the_disk_limit_holds_across_files(two_sessions):
 
 
 def test_every_process_it_started_ends_with_the_session():
+    """Closed while a cell still runs (a cell's processes end with the cell anyway: tests/test_sandbox_limits.py)."""
     marker = f"{uuid.uuid4().int % 10**6}.25"
     tools = SessionTools(LIMITS)
-    run(tools, f"import subprocess, sys\n"
-               f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep({marker})'], "
-               "start_new_session=True)")
-    time.sleep(0.5)
 
     def survivors() -> list[str]:
         found = []
@@ -156,12 +154,27 @@ def test_every_process_it_started_ends_with_the_session():
                 pass
         return found
 
-    assert survivors()  # the background process runs while the session does
+    def cell() -> None:
+        try:
+            run(tools, f"import subprocess, sys, time\n"
+                       f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep({marker})'], "
+                       "start_new_session=True)\n"
+                       "time.sleep(15)")
+        except Exception:  # noqa: BLE001 - the session is closed under it: how the cell ends does not matter
+            pass
+
+    running = threading.Thread(target=cell)
+    running.start()
+    deadline = time.monotonic() + 30
+    while not survivors() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert survivors()  # the background process runs while its cell does
     tools.close()
     deadline = time.monotonic() + 5
     while survivors() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert survivors() == []
+    running.join(30)
 
 
 def test_a_huge_print_is_cut_in_the_kernel_and_again_in_the_app(two_sessions):
