@@ -275,7 +275,7 @@ def test_the_whole_sandbox_gets_at_most_its_cpus(tmp_path):
         session.execute("1")
         assert session._cgroup is not None
         if session._cgroup.cpu_limit() is None:
-            pytest.skip("no cpu controller here")
+            pytest.skip("this machine's cgroups offer no cpu controller, so no CPU limit can apply (CI has one)")
         assert session._cgroup.cpu_limit() == 0.1
         # A child spins for 3 s: even on a busy machine it would get far more than a tenth of a core unlimited.
         result = session.execute(

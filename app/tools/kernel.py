@@ -37,11 +37,9 @@ _KERNEL_NAME = "composite-demo-sandbox"
 # the kernel's further output is dropped), so a flooding cell cannot queue gigabytes before it is stopped.
 _MIN_MESSAGE_BYTES = 16 * 1024 * 1024
 _QUEUED_MESSAGES = 64
-
-
-def _max_message_bytes(limits: SandboxLimits) -> int:
-    return max(_MIN_MESSAGE_BYTES, int(limits.image_mb * 1024 * 1024 * 4 / 3) + 1024 * 1024)
 _INTERRUPT_GRACE_S = 3.0  # an interrupted cell that still runs after this: the kernel is stopped instead
+# Variables the kernel keeps from the app's environment; everything else (API keys, tokens...) is dropped.
+_KEPT_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "SYSTEMROOT")
 
 # The sandboxes of this process that are running or starting (each may take total_memory_mb): see _admit.
 _live: weakref.WeakSet[KernelSession] = weakref.WeakSet()
@@ -50,8 +48,10 @@ _live_lock = threading.RLock()
 
 class SandboxBusy(RuntimeError):
     """As many sandboxes as allowed are running cells: this one cannot start now."""
-# Variables the kernel keeps from the app's environment; everything else (API keys, tokens...) is dropped.
-_KEPT_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "SYSTEMROOT")
+
+
+def _max_message_bytes(limits: SandboxLimits) -> int:
+    return max(_MIN_MESSAGE_BYTES, int(limits.image_mb * 1024 * 1024 * 4 / 3) + 1024 * 1024)
 
 
 def _write_kernel_spec(layout: SessionLayout, limits: SandboxLimits, cgroup: SandboxCgroup | None) -> Path:
@@ -255,7 +255,7 @@ class KernelSession:
             self._end_cell_processes(manager)
 
     def _end_cell_processes(self, manager: KernelManager) -> int:
-        """Kill what the cell started (subprocesses, daemons): they would outlive the cell's time limit."""
+        """Kill what the cell started (subprocesses, daemons): they would outlive the cell."""
         process = getattr(manager.provisioner, "process", None)
         if process is None:
             return 0
