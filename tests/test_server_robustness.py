@@ -253,6 +253,17 @@ def test_the_largest_seeds_generate(server):
         assert chat(server, {"model": "tiny", "max_tokens": 2, "messages": HELLO, "seed": seed}).status_code == 200
 
 
+@pytest.mark.parametrize("temperature", [1e-40, 5e-324, 1e-6])
+def test_the_tiniest_temperatures_decode_greedily(server, temperature):
+    # Dividing the logits by 1e-40 overflowed float32 and made every probability NaN: "Prefill failed".
+    def answer(value: float) -> str:
+        response = chat(server, {"model": "tiny", "max_tokens": 6, "messages": HELLO, "temperature": value})
+        assert response.status_code == 200, response.text
+        return response.json()["choices"][0]["message"]["content"]
+
+    assert answer(temperature) == answer(0.0)
+
+
 def test_deeply_nested_tool_call_arguments_are_400(server):
     messages = [{"role": "user", "content": "hi"},
                 {"role": "assistant", "content": None, "tool_calls": [

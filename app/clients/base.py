@@ -24,9 +24,12 @@ class ClientError(RuntimeError):
         return cls(f"{engine} failed: {detail}")
 
 
+GREEDY_BELOW = 1e-5  # temperatures below this decode greedily, as vLLM's sampler does
+
+
 @dataclass(frozen=True)
 class GenerationParams:
-    """Sampling settings. temperature 0 means greedy decoding; top_k 0 means no top-k cut."""
+    """Sampling settings. temperature 0 (or below GREEDY_BELOW) means greedy decoding; top_k 0 means no top-k cut."""
 
     temperature: float = 0.7
     top_p: float = 0.9
@@ -57,7 +60,9 @@ class GenerationParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        # vLLM's rule: a temperature this small is greedy. Dividing the logits by it overflows float32 (1e-40 made
+        # every probability NaN and failed the generation).
+        return self.temperature < GREEDY_BELOW
 
 
 @dataclass(frozen=True)
