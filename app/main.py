@@ -2,26 +2,20 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-# `streamlit run app/main.py` puts app/ on sys.path, not the repository root that holds the `app` package.
-_ROOT = str(Path(__file__).resolve().parent.parent)
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
+import streamlit as st
 
-import streamlit as st  # noqa: E402
-
-from app.config import offline_by_default  # noqa: E402
-from app.ui import history, persistence, sidebar, state  # noqa: E402
-from app.ui.tool_settings import KEPT_PREFIX  # noqa: E402
+from app.config import offline_by_default
+from app.ui import history, persistence, sidebar, state
+from app.ui.tool_settings import KEPT_PREFIX
 
 offline_by_default()
 # An emoji icon is drawn in the browser; a :material/...: one is fetched from fonts.gstatic.com on every load.
 st.set_page_config(page_title="Composite LLM demo", page_icon="💬", layout="wide")
 
 # Not "pages/": Streamlit treats a pages/ folder next to the entry script as a legacy multipage app and, on a fresh
-# server, serves a deep link such as /tools as that file alone (no sidebar, no sys.path fix) until st.navigation
+# server, serves a deep link such as /tools as that file alone (no sidebar) until st.navigation
 # has run once.
 _PAGES_DIR = Path(__file__).parent / "views"
 pages = {

@@ -42,7 +42,8 @@ from starlette.routing import Route
 from app.config import HTTPTimeouts, McpSettings
 from app.http_timeouts import uvicorn_options
 from app.media import ImageError, sniff_mime
-from app.tools import load_tools, sandbox
+from app.tools import load_tools
+from app.tools.sandbox import isolation
 from app.tools.registry import RunningCall, ToolRegistry, ToolResult
 from app.tools.session import SessionTools
 
@@ -111,7 +112,7 @@ def offered_tools(session: SessionTools) -> ToolRegistry:
     if problem:
         print(f"The python tool is not offered: {problem}", file=sys.stderr)
     else:
-        print(f"The python tool runs in {sandbox.describe(session.kernel.limits)}.", file=sys.stderr)
+        print(f"The python tool runs in {isolation.describe(session.kernel.limits)}.", file=sys.stderr)
     return load_tools().merged(session.registry())
 
 

@@ -26,10 +26,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.server_overhead import IgnoreEOSClient, start_our_server  # noqa: E402
-from bench.timing import Sample, time_client_stream, time_server_stream  # noqa: E402
+from bench.server_overhead import IgnoreEOSClient, start_our_server
+from bench.timing import Sample, time_client_stream, time_server_stream
 
 TOPICS = ["a lighthouse keeper and a storm", "a robot who learns to paint", "two rival bakers in Paris",
           "a lost dog finding its way home", "the first city on Mars", "a dragon afraid of heights",
@@ -113,7 +112,7 @@ def measure(stream: Stream, sessions: int, tokens: int, lone_answer_s: float) ->
 def worker(conn, model: str, max_batch: int, path: str) -> None:
     """One mode in a process of its own: two models driven from one process slow each other down (each generating
     thread gets its own OpenMP team, and the teams fight over the cores), which would blur the comparison."""
-    from app.clients.hf import HFClient
+    from app.clients.hf.client import HFClient
     from app.config import ModelSettings
 
     client = HFClient(ModelSettings(model_path=model, hf_max_batch=max_batch))

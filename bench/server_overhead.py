@@ -20,9 +20,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.timing import time_client_stream, time_server_stream  # noqa: E402
+from bench.timing import time_client_stream, time_server_stream
 
 PROMPT = [{"role": "user", "content": "Write a long story about a lighthouse keeper and a storm."}]
 
@@ -40,7 +39,7 @@ def over_http(sdk, model: str, tokens: int) -> tuple[float, float]:
 def start_our_server(client, served_name: str = "bench") -> tuple[str, object]:
     import uvicorn
 
-    from app.server import create_app
+    from app.server.api import create_app
     from harness.local_http import free_port
 
     port = free_port()
@@ -91,7 +90,7 @@ def main() -> None:
 
     import openai
 
-    from app.clients.hf import HFClient
+    from app.clients.hf.client import HFClient
     from app.config import ModelSettings
 
     client = HFClient(ModelSettings())

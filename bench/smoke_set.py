@@ -23,15 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from app.agent import TurnDone, run_turn  # noqa: E402
-from app.clients.base import GenerationParams  # noqa: E402
-from app.clients.hf import HFClient  # noqa: E402
-from app.config import ModelSettings  # noqa: E402
-from app.conversation import Conversation, Message  # noqa: E402
-from app.generation_defaults import BUILT_IN  # noqa: E402
-from app.ui.sidebar import DEFAULT_SYSTEM_PROMPT  # noqa: E402
+from app.agent import TurnDone, run_turn
+from app.clients.base import GenerationParams
+from app.clients.hf.client import HFClient
+from app.config import ModelSettings
+from app.conversation import Conversation, Message
+from app.generation_defaults import BUILT_IN
+from app.ui.sidebar import DEFAULT_SYSTEM_PROMPT
 
 SMOKE_SET = ROOT / "tests" / "data" / "smoke_set.json"
 BEFORE = (dict(BUILT_IN), "You are a helpful, concise assistant.")

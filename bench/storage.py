@@ -25,14 +25,13 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sqlalchemy import delete, insert  # noqa: E402
+from sqlalchemy import delete, insert
 
-from app.conversation import AnswerMetrics, Attachment, Message, ToolCall  # noqa: E402
-from app.storage import ConversationStore, open_database  # noqa: E402
-from app.storage.codec import encode_message_json, search_text, title_from  # noqa: E402
-from app.storage.models import ConversationRow, MessageRow  # noqa: E402
+from app.conversation import AnswerMetrics, Attachment, Message, ToolCall
+from app.storage import ConversationStore, open_database
+from app.storage.codec import encode_message_json, search_text, title_from
+from app.storage.models import ConversationRow, MessageRow
 
 TARGET_MS = 100.0
 WORDS = ("the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxing matches near "

@@ -16,14 +16,13 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import torch  # noqa: E402
-from transformers.generation.streamers import BaseStreamer  # noqa: E402
+import torch
+from transformers.generation.streamers import BaseStreamer
 
-from bench.timing import time_client_stream  # noqa: E402
-from app.clients.hf import HFClient  # noqa: E402
-from app.config import ModelSettings  # noqa: E402
+from bench.timing import time_client_stream
+from app.clients.hf.client import HFClient
+from app.config import ModelSettings
 
 PROMPT = [{"role": "user", "content": "Write a long story about a lighthouse keeper and a storm."}]
 

@@ -22,7 +22,6 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
 
 PROMPT = [{"role": "user", "content": "Write a long story about a lighthouse keeper and a storm."}]
@@ -68,7 +67,7 @@ def main() -> None:
     parser.add_argument("--memory", type=float, default=0.0, help="memory share for each engine (0: automatic)")
     args = parser.parse_args()
 
-    from app.clients.hf import resolve_model_path
+    from app.clients.hf.client import resolve_model_path
     from app.clients.vllm import VLLMClient, _default_memory_share
     from app.config import ModelSettings, VLLMOptions
 

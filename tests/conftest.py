@@ -8,14 +8,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # Conversations the tests save go to a throwaway database, never the user's own (tests that look at a database
 # set their own DEMO_DATABASE_URL).
 os.environ.setdefault("DEMO_DATABASE_URL", f"sqlite:///{tempfile.mkdtemp(prefix='demo-tests-')}/conversations.db")
 
-from tests.tiny_model import build_tiny_model  # noqa: E402
+from tests.tiny_model import build_tiny_model  # noqa: E402  (after the offline settings above)
 from tests.tiny_vlm import build_tiny_vlm  # noqa: E402
 
 
@@ -66,7 +65,7 @@ def tiny_vlm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_vlm_client(tiny_vlm_dir: Path):
-    from app.clients.hf import HFClient
+    from app.clients.hf.client import HFClient
     from app.config import ModelSettings
 
     return HFClient(ModelSettings(model_path=str(tiny_vlm_dir), device="cpu"))
@@ -81,7 +80,7 @@ def smollm2_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_client(tiny_model_dir: Path):
-    from app.clients.hf import HFClient
+    from app.clients.hf.client import HFClient
     from app.config import ModelSettings
 
     return HFClient(ModelSettings(model_path=str(tiny_model_dir), device="cpu"))
@@ -89,7 +88,7 @@ def tiny_client(tiny_model_dir: Path):
 
 @pytest.fixture(scope="session")
 def smol_client(smollm2_dir: Path):
-    from app.clients.hf import HFClient
+    from app.clients.hf.client import HFClient
     from app.config import ModelSettings
 
     return HFClient(ModelSettings(model_path=str(smollm2_dir), device="cpu"))

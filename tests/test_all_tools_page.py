@@ -39,10 +39,10 @@ def test_smollm2_runs_python_and_the_plot_appears(app):
 
 
 def test_without_a_sandbox_the_page_says_why_and_offers_no_python(monkeypatch, tiny_model_dir, tmp_path):
-    from app.tools import sandbox
+    from app.tools.sandbox import isolation
 
     monkeypatch.setenv("PATH", str(tmp_path))  # a machine without bubblewrap
-    sandbox._bubblewrap_works.cache_clear()
+    isolation._bubblewrap_works.cache_clear()
     try:
         with open_app(monkeypatch, tiny_model_dir, page="views/all_tools.py") as at:
             assert "python" not in at.selectbox(key="settings.all_tools.choice").options
@@ -50,4 +50,4 @@ def test_without_a_sandbox_the_page_says_why_and_offers_no_python(monkeypatch, t
             assert warning.startswith("The Python tool is off.") and "apt-get install bubblewrap" in warning
             assert all(button.key != "restart_kernel" for button in at.button)
     finally:
-        sandbox._bubblewrap_works.cache_clear()
+        isolation._bubblewrap_works.cache_clear()

@@ -10,10 +10,10 @@ from pathlib import Path
 import openai
 import pytest
 
-from app.clients.hf import HFClient
+from app.clients.hf.client import HFClient
 from app.config import ModelSettings
 from app.generation_defaults import BUILT_IN, defaults_for_settings, generation_defaults, read_generation_config
-from app.server import create_app
+from app.server.api import create_app
 from harness.local_http import serving
 from tests.helpers import open_app
 

@@ -1,4 +1,4 @@
-"""Continuous batching on the HF backend (app/clients/hf_batch.py): concurrent replies decoded together, each one the
+"""Continuous batching on the HF backend (app/clients/hf/batch.py): concurrent replies decoded together, each one the
 reply it would be alone, with its own settings, grammar, Stop and end; on a tiny model and on the real SmolLM2."""
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import torch
 from transformers import DynamicCache
 
 from app.clients.base import ClientError, GenerationParams, ResponseFormat, ToolRequest
-from app.clients.batch_cache import BatchCache
-from app.clients.constrained import GrammarViolation
-from app.clients.hf import HFClient
-from app.clients.hf_sampling import TokenPicker
+from app.clients.hf.batch_cache import BatchCache
+from app.clients.hf.grammar import GrammarViolation
+from app.clients.hf.client import HFClient
+from app.clients.hf.sampling import TokenPicker
 from app.config import ModelSettings
 from tests.helpers import ROOT, collect, open_app
 
@@ -282,8 +282,8 @@ def test_constrained_replies_hold_under_python_optimisations(tiny_model_dir):
 import json, sys, threading
 sys.path.insert(0, {str(ROOT)!r})
 from app.clients.base import GenerationParams, ResponseFormat
-from app.clients.hf import HFClient
-from app.clients.hf_sampling import TokenPicker
+from app.clients.hf.client import HFClient
+from app.clients.hf.sampling import TokenPicker
 from app.config import ModelSettings
 client = HFClient(ModelSettings(model_path={str(tiny_model_dir)!r}, device="cpu"))
 for seed in range(3):
@@ -453,7 +453,7 @@ def test_a_client_that_is_dropped_stops_its_decoding_thread(tiny_model_dir):
 
 @pytest.mark.parametrize("change", ["min_p", "dynamic rope", "sliding window"])
 def test_models_the_batched_decoder_would_change_answer_one_after_another(tiny_model_dir, change):
-    from app.clients.hf_batch import can_batch
+    from app.clients.hf.batch import can_batch
 
     client = HFClient(ModelSettings(model_path=str(tiny_model_dir), device="cpu", hf_max_batch=1))
     model = client.model

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from app.clients.base import GenerationParams
-from app.clients.hf import HFClient
+from app.clients.hf.client import HFClient
 from app.config import ModelSettings
 from tests.helpers import collect
 

@@ -13,8 +13,8 @@ import torch
 from transformers import AutoTokenizer
 
 from app.clients.base import ClientError, GenerationParams, ResponseFormat, ToolRequest
-from app.clients.hf import HFClient
-from app.clients.incremental_streamer import IncrementalTextStreamer
+from app.clients.hf.client import HFClient
+from app.clients.hf.streamer import IncrementalTextStreamer
 from app.config import ModelSettings
 from tests.helpers import collect
 

@@ -1,4 +1,4 @@
-"""The batched decoder's sampler (app/clients/hf_sampling.py) against transformers' own warpers: the same
+"""The batched decoder's sampler (app/clients/hf/sampling.py) against transformers' own warpers: the same
 distribution over the vocabulary for every temperature, top-k and top-p, whichever shortcut it takes."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import torch
 from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 from app.clients.base import GenerationParams
-from app.clients.hf_sampling import TokenPicker, nucleus
+from app.clients.hf.sampling import TokenPicker, nucleus
 
 
 def warpers_distribution(scores: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:

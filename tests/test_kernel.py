@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from app.tools.kernel import KernelSession, SandboxLimits
+from app.tools.sandbox.kernel import KernelSession, SandboxLimits
 from app.tools.session import SessionTools
 
 

@@ -12,9 +12,9 @@ import uuid
 import pytest
 
 from app.config import SandboxLimits, cache_dir
-from app.tools import sandbox
+from app.tools.sandbox import isolation
 from app.tools.documents import DocumentError
-from app.tools.sandbox_cgroup import cgroups_possible
+from app.tools.sandbox.cgroup import cgroups_possible
 from app.tools.session import SessionTools, safe_upload_name
 from harness.local_http import json_reply, serve
 from tests.helpers import ROOT
@@ -218,7 +218,7 @@ def test_uploads_never_follow_a_link_or_overwrite_another_file(tmp_path):
 
 def test_without_bubblewrap_the_python_tool_is_refused_with_what_to_do(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap on it
-    sandbox._bubblewrap_works.cache_clear()
+    isolation._bubblewrap_works.cache_clear()
     try:
         tools = SessionTools(SandboxLimits())
         assert "python" not in tools.registry().names
@@ -229,7 +229,7 @@ def test_without_bubblewrap_the_python_tool_is_refused_with_what_to_do(monkeypat
         assert "python" in opted_out.registry().names and opted_out.python_unavailable == ""
         opted_out.close()
     finally:
-        sandbox._bubblewrap_works.cache_clear()
+        isolation._bubblewrap_works.cache_clear()
 
 
 def test_resource_limits_only_mode_still_runs_code_and_says_so():
@@ -238,7 +238,7 @@ def test_resource_limits_only_mode_still_runs_code_and_says_so():
         tools.save_upload("data.csv", b"a,b\n1,2\n")
         probe = run(tools, "import os\nprint(os.getcwd())\nprint(open('data.csv').read().splitlines()[1])")
         assert probe.splitlines() == [str(tools.kernel.layout.work), "1,2"]
-        assert "resource limits only" in sandbox.describe(tools.kernel.limits)
+        assert "resource limits only" in isolation.describe(tools.kernel.limits)
     finally:
         tools.close()
 
@@ -258,7 +258,7 @@ def test_with_the_network_switch_on_the_host_s_loopback_stays_out_of_reach():
                                "print('reached')\n"
                                "    except OSError as e: print('refused')")
         assert probe.splitlines() == ["['lo', 'tap0']", "refused", "refused"]
-        assert "not this machine's loopback" in sandbox.describe(tools.kernel.limits)
+        assert "not this machine's loopback" in isolation.describe(tools.kernel.limits)
     finally:
         tools.close()
 
@@ -280,7 +280,7 @@ def test_the_memory_of_all_its_processes_together_is_capped():
                            "print(sum(os.waitpid(pid, 0)[1] == signal.SIGKILL for pid in children))")
         assert int(probe.splitlines()[-1]) >= 1  # the out-of-memory killer acted inside the sandbox
         assert tools.kernel._cgroup is not None and tools.kernel._cgroup.out_of_memory()
-        assert "300 MB of memory in all" in sandbox.describe(tools.kernel.limits)
+        assert "300 MB of memory in all" in isolation.describe(tools.kernel.limits)
         assert run(tools, "print('the kernel is fine')") == "the kernel is fine"
     finally:
         tools.close()

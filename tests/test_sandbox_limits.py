@@ -18,8 +18,8 @@ import pytest
 from PIL import Image
 
 from app.config import SandboxLimits
-from app.tools.kernel import KernelSession, SandboxBusy
-from app.tools.sandbox_cgroup import cgroups_possible
+from app.tools.sandbox.kernel import KernelSession, SandboxBusy
+from app.tools.sandbox.cgroup import cgroups_possible
 from app.tools.session import SessionTools
 
 pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="bubblewrap exists on Linux only"),
@@ -254,7 +254,7 @@ def test_output_tagged_for_another_request_still_counts_as_a_flood(kernel):
 
 
 def test_clearing_the_output_does_not_renew_the_work_spent_on_pictures():
-    from app.tools.kernel_output import CellResult, OutputCollector
+    from app.tools.sandbox.output import CellResult, OutputCollector
 
     buffer = io.BytesIO()
     Image.new("RGB", (400, 400), "white").save(buffer, "PNG")

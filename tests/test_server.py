@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from app.clients.base import GenerationParams, ToolRequest
 from app.clients.openai import OpenAIClient
 from app.config import ModelSettings
-from app.server import create_app, max_body_bytes
+from app.server.api import create_app, max_body_bytes
 from app.tools import load_tools
 from harness.local_http import serving
 from tests.helpers import collect

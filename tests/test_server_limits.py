@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.clients.grammar_compile import DeadlineCompiler, GrammarTooSlow
-from app.server import create_app
+from app.clients.hf.grammar_compile import DeadlineCompiler, GrammarTooSlow
+from app.server.api import create_app
 from harness.local_http import free_port, serving
 from harness.processes import server_process
 from tests.helpers import ARTIFACTS, ROOT

@@ -22,7 +22,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.clients.base import Delta
-from app.server import create_app, max_body_bytes
+from app.server.api import create_app, max_body_bytes
 from harness.local_http import free_port, serving
 from harness.processes import server_process
 from tests.helpers import ARTIFACTS, ROOT

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 from schemathesis.checks import positive_data_acceptance
 
-from app.server import create_app
+from app.server.api import create_app
 from harness.local_http import serving
 
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from app.agent import AnswerDone, ThinkingDelta, run_turn
 from app.chat_format import ResponseProcessor, process_input, process_response
 from app.clients.base import GenerationParams, ToolRequest
-from app.clients.hf import HFClient
+from app.clients.hf.client import HFClient
 from app.config import ModelSettings
 from app.conversation import Conversation, Message
 from app.dialects import get_dialect
@@ -173,7 +173,7 @@ def test_vllm_splits_the_thought_the_same_way(vllm_thinker):
 
 @pytest.fixture(scope="module")
 def thinker_api(thinker):
-    from app.server import create_app
+    from app.server.api import create_app
     from harness.local_http import serving
 
     with serving(create_app(client=thinker)) as base:

@@ -14,7 +14,7 @@ from app.chat_format import process_input
 from app.agent import (AnswerDone, TextDelta, ToolCallFinished, ToolCallStarted, ToolSettings, TurnDone, TurnError,
                        ToolCallWriting, Waiting, run_turn)
 from app.clients.base import GenerationParams, ToolRequest
-from app.clients.hf import HFClient
+from app.clients.hf.client import HFClient
 from app.config import ModelSettings
 from app.conversation import Conversation, Message
 from app.dialects.constraint import call_ebnf

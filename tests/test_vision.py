@@ -193,7 +193,7 @@ def test_the_turn_ends_with_the_refusal_and_a_text_only_answer_can_follow(tiny_c
 
 @pytest.fixture(scope="module")
 def vision_api(tiny_vlm_client):
-    from app.server import create_app
+    from app.server.api import create_app
     from harness.local_http import serving
 
     with serving(create_app(client=tiny_vlm_client)) as base:
@@ -202,7 +202,7 @@ def vision_api(tiny_vlm_client):
 
 @pytest.fixture(scope="module")
 def text_api(tiny_client):
-    from app.server import create_app
+    from app.server.api import create_app
     from harness.local_http import serving
 
     with serving(create_app(client=tiny_client)) as base:

@@ -17,7 +17,7 @@ class Backend:
 
 
 def _hf(settings: ModelSettings) -> Client:
-    from app.clients.hf import HFClient  # imports torch: only when this backend is chosen
+    from app.clients.hf.client import HFClient  # imports torch: only when this backend is chosen
 
     return HFClient(settings)
 

@@ -19,7 +19,7 @@ import uuid
 from typing import Any
 
 from app.clients.base import ClientError, ModelActivity
-from app.clients.chat_template import ChatTemplate, LocalTemplateClient, PreparedPrompt
+from app.clients.local import ChatTemplate, LocalTemplateClient, PreparedPrompt
 from app.clients.streaming import EngineFeed, EngineOutput, EngineRequest
 from app.clients.vision import is_vision_config, load_processor
 from app.config import ImageSettings, ModelSettings, offline_by_default
@@ -57,7 +57,7 @@ class VLLMClient(LocalTemplateClient):
         engine_args_cls, async_llm_cls, self._sampling_cls, self._output_kind, self._structured_cls = _import_vllm()
         from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
-        from app.clients.hf import resolve_model_path
+        from app.clients.hf.client import resolve_model_path
 
         self.settings = settings
         self.model_path = resolve_model_path(settings.model_path)

@@ -1,10 +1,10 @@
-"""The `python` tool: code runs in the browser session's own sandboxed Jupyter kernel (app/tools/kernel.py)."""
+"""The `python` tool: code runs in the browser session's own sandboxed Jupyter kernel (app/tools/sandbox/kernel.py)."""
 
 from __future__ import annotations
 
 from app.code_blocks import strip_code_fence
 from app.conversation import Attachment
-from app.tools.kernel import KernelSession, SandboxBusy
+from app.tools.sandbox.kernel import KernelSession, SandboxBusy
 from app.tools.registry import ToolError, ToolOutput
 
 

@@ -15,11 +15,11 @@ import weakref
 from pathlib import Path
 
 from app.config import SandboxLimits, sessions_dir
-from app.tools import sandbox
+from app.tools.sandbox import isolation
 from app.tools.browser import WebBrowser
 from app.tools.documents import DocumentError
 from app.tools.images import ImageAPI
-from app.tools.kernel import KernelSession
+from app.tools.sandbox.kernel import KernelSession
 from app.tools.python import PythonTool
 from app.tools.registry import ToolRegistry
 
@@ -59,8 +59,8 @@ class SessionTools:
     def python_unavailable(self) -> str:
         """Why the Python tool is not offered ('' when it is): the configured isolation cannot be had here."""
         try:
-            sandbox.check_available(self.kernel.limits)
-        except sandbox.SandboxUnavailable as exc:
+            isolation.check_available(self.kernel.limits)
+        except isolation.SandboxUnavailable as exc:
             return str(exc)
         return ""
 

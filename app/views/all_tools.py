@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app.tools import load_tools, sandbox
+from app.tools import load_tools
+from app.tools.sandbox import isolation
 from app.ui import sidebar, state, tool_settings
 from app.ui.chat_view import ATTACHMENT_TYPES, answer_if_asked, render_history, show_model
 from app.ui.client_cache import load_client
@@ -43,7 +44,7 @@ with st.expander("What the tools can do, and what the Python sandbox does and do
     st.markdown(
         f"""
 - **python** runs code in a Jupyter kernel that belongs to this browser tab only, isolated by
-  {sandbox.describe(limits)}. Limits: memory ({limits.memory_mb} MB a process), CPU time ({limits.cpu_s} s),
+  {isolation.describe(limits)}. Limits: memory ({limits.memory_mb} MB a process), CPU time ({limits.cpu_s} s),
   {limits.processes} processes, files ({limits.file_mb} MB each, {limits.disk_mb} MB in all), output
   ({limits.output_chars:,} characters a cell); each cell stops after {limits.cell_timeout_s:g} s. Uploaded files
   are in its folder, read-only. The kernel and everything it started end when the tab closes or after

@@ -10,7 +10,7 @@ With bubblewrap (Linux, the default) the kernel runs in new PID, IPC, UTS, mount
 - it runs as an unprivileged user in a user namespace of its own, where it cannot make nested ones: when the app
   runs as root, as a user id of its own per session (so the process limit counts this session only; a nested
   bubblewrap, started as that user, makes the namespace), otherwise as the app's user;
-- a seccomp filter (app/tools/sandbox_seccomp.py) denies the system calls that widen the kernel's attack surface
+- a seccomp filter (app/tools/sandbox/seccomp.py) denies the system calls that widen the kernel's attack surface
   (namespaces, mounts, keyrings, io_uring, bpf, ptrace...);
 - it dies with the app, and killing its launcher kills every process inside (they share its PID namespace).
 With `isolation == "none"` (macOS, or an explicit opt-out) only the resource limits apply.
@@ -29,17 +29,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.config import SandboxLimits
-from app.tools import sandbox_seccomp
-from app.tools.sandbox_cgroup import SandboxCgroup, cgroups_possible
+from app.tools.sandbox.seccomp import SeccompUnavailable, filter_bpf, write_filter
+from app.tools.sandbox.cgroup import SandboxCgroup, cgroups_possible
 
 # Inside the sandbox: where the kernel works, and where the two scripts that start it are mounted.
 SANDBOX_HOME = "/home/sandbox"
 SANDBOX_SCRIPTS = "/opt/composite-demo"
 _HERE = Path(__file__).parent
-LAUNCHER = _HERE / "sandbox_kernel.py"  # applies the limits, then starts ipykernel
-STARTUP = _HERE / "sandbox_startup.py"  # runs inside the kernel before the first cell
-NETWORK_LAUNCHER = _HERE / "sandbox_network.py"  # connects the sandbox to the network (DEMO_KERNEL_NETWORK)
-ENTER = _HERE / "sandbox_enter.py"  # starts bubblewrap with its seccomp filter as a descriptor
+# Scripts, never imported by the app. inside/ runs in the sandbox; launchers/ starts it, on the host.
+LAUNCHER = _HERE / "inside" / "kernel_launcher.py"  # applies the limits, then starts ipykernel
+STARTUP = _HERE / "inside" / "startup.py"  # runs inside the kernel before the first cell
+NETWORK_LAUNCHER = _HERE / "launchers" / "network.py"  # connects the sandbox to the network (DEMO_KERNEL_NETWORK)
+ENTER = _HERE / "launchers" / "enter.py"  # starts bubblewrap with its seccomp filter as a descriptor
 # Read-only system folders the kernel needs (libraries, certificates, time zones, fonts).
 _SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc")
 # User ids given to sandboxes when the app runs as root: a range no distribution hands out to people.
@@ -170,7 +171,7 @@ def bubblewrap_prefix(layout: SessionLayout, limits: SandboxLimits) -> list[str]
     return [
         bwrap,
         *_namespaces(as_root),
-        # sandbox_enter.py turns the path into a descriptor; under root the nested bubblewrap loads the filter.
+        # enter.py turns the path into a descriptor; under root the nested bubblewrap loads the filter.
         *(["--seccomp", str(layout.seccomp)] if not as_root else []),
         *_system_mounts(),
         "--proc", "/proc", "--dev", "/dev",
@@ -198,7 +199,7 @@ def kernel_argv(layout: SessionLayout, limits: SandboxLimits, cgroup: SandboxCgr
     scripts = SANDBOX_SCRIPTS
     join = cgroup.join_command() if cgroup is not None else []
     network = [sys.executable, str(NETWORK_LAUNCHER)] if limits.network else []
-    sandbox_seccomp.write_filter(layout.seccomp)
+    write_filter(layout.seccomp)
     prefix = bubblewrap_prefix(layout, limits)
     uid = sandbox_uid(layout)
     user = _user_stage(prefix[0], uid, layout.seccomp) if uid is not None else []
@@ -239,16 +240,16 @@ def _bubblewrap_works(as_root: bool) -> str:
     if bwrap is None:
         return _INSTALL_HINT
     try:
-        sandbox_seccomp.filter_bpf()
-    except sandbox_seccomp.SeccompUnavailable as exc:
+        filter_bpf()
+    except SeccompUnavailable as exc:
         return str(exc)
     with tempfile.TemporaryDirectory(prefix="composite-demo-probe-") as folder:
-        seccomp = Path(folder) / "seccomp.bpf"
-        sandbox_seccomp.write_filter(seccomp)
-        stage = ["--seccomp", str(seccomp), "--", sys.executable, "-c", "pass"]
+        filter_file = Path(folder) / "seccomp.bpf"
+        write_filter(filter_file)
+        stage = ["--seccomp", str(filter_file), "--", sys.executable, "-c", "pass"]
         if as_root:  # the same two stages as a kernel's (see _user_stage); the nested one mounts on /tmp
             stage = ["--dir", "/tmp", "--", sys.executable, f"{SANDBOX_SCRIPTS}/{LAUNCHER.name}",
-                     *_user_stage(bwrap, _ROOT_MODE_UIDS[0], seccomp)[:-2], sys.executable, "-c", "pass"]
+                     *_user_stage(bwrap, _ROOT_MODE_UIDS[0], filter_file)[:-2], sys.executable, "-c", "pass"]
         probe = [sys.executable, str(ENTER), bwrap, *_namespaces(as_root), *_system_mounts(), "--proc", "/proc",
                  "--dev", "/dev", *_bind(LAUNCHER, f"{SANDBOX_SCRIPTS}/{LAUNCHER.name}"), *stage]
         try:

@@ -1,8 +1,8 @@
-"""Starts an IPython kernel under resource limits. Run as a script by the session's kernel spec (app/tools/
-sandbox.py builds it), inside bubblewrap unless isolation is off; never imported by the app:
-`python sandbox_kernel.py --startup <startup file> -f <connection file>`.
+"""Starts an IPython kernel under resource limits. Run as a script by the session's kernel spec (app/tools/sandbox/
+isolation.py builds it), inside bubblewrap unless isolation is off; never imported by the app:
+`python kernel_launcher.py --startup <startup file> -f <connection file>`.
 
-When the app runs as root it is first run as `sandbox_kernel.py --as-user UID -- COMMAND...`: it switches to that
+When the app runs as root it is first run as `kernel_launcher.py --as-user UID -- COMMAND...`: it switches to that
 unprivileged user (no capability survives) and runs COMMAND, a nested bubblewrap that gives the kernel a user
 namespace of its own, without nested ones, and the seccomp filter (the outer bubblewrap, run by root, cannot).
 

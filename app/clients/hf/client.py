@@ -1,7 +1,7 @@
 """Hugging Face transformers backend: one model per process, shared by every session.
 
 Text models whose cache can be batched decode the answers of all sessions together (continuous batching,
-app/clients/hf_batch.py): a second session does not wait for the first one's whole answer. Other models (vision-
+app/clients/hf/batch.py): a second session does not wait for the first one's whole answer. Other models (vision-
 language models, sliding-window or linear-attention caches) and DEMO_HF_MAX_BATCH=1 answer one after another with
 generate(), on one long-lived thread; a waiting session is told so and can still cancel while it waits. torch's
 CPU kernels keep per-thread OpenMP state: a fresh thread per answer, or answers alternating between threads,
@@ -31,11 +31,11 @@ from transformers import (
 )
 
 from app.clients.base import ClientError, ModelActivity
-from app.clients.chat_template import ChatTemplate, LocalTemplateClient, PreparedPrompt
-from app.clients.constrained import ConstrainedDecoding
-from app.clients.hf_batch import BatchedDecoder, BatchedReply, can_batch
-from app.clients.hf_sampling import TokenPicker, answer_processors, suppressed_tokens, torch_seed
-from app.clients.incremental_streamer import IncrementalTextStreamer
+from app.clients.local import ChatTemplate, LocalTemplateClient, PreparedPrompt
+from app.clients.hf.grammar import ConstrainedDecoding
+from app.clients.hf.batch import BatchedDecoder, BatchedReply, can_batch
+from app.clients.hf.sampling import TokenPicker, answer_processors, suppressed_tokens, torch_seed
+from app.clients.hf.streamer import IncrementalTextStreamer
 from app.clients.streaming import EngineFeed, EngineOutput, EngineRequest
 from app.clients.vision import is_vision_config, load_processor
 from app.config import ModelSettings, offline_by_default

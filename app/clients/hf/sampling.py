@@ -1,7 +1,7 @@
 """How one reply picks its tokens on the HF backend: the logits processors its settings ask for, and the sampler.
 
 generate() takes the processors (`answer_processors`) and applies the warpers itself; the batched decoder
-(app/clients/hf_batch.py) runs several replies in one forward pass and picks each one's token with a `TokenPicker`
+(app/clients/hf/batch.py) runs several replies in one forward pass and picks each one's token with a `TokenPicker`
 of its own, so every reply keeps its own temperature, top-p, top-k, seed, penalty and grammar. It applies the
 processors in generate()'s order and samples from the same distribution as generate()'s warpers (`nucleus`): a
 greedy reply is the same on both paths; a sampled one with a seed is the same again on the same path (the two

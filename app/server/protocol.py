@@ -1,6 +1,6 @@
 """The API server's request model and what turns it into the core's objects (sampling settings, tools, response
 format, messages), with OpenAI's error shape for everything it refuses. Responses are `openai.types.chat` models
-(app/server_responses.py)."""
+(app/server/answers.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""One Jupyter kernel per browser session: started lazily inside its sandbox (app/tools/sandbox.py), every output
-of a cell collected in order and capped as it arrives (app/tools/kernel_output.py), a cell that runs too long
+"""One Jupyter kernel per browser session: started lazily inside its sandbox (app/tools/sandbox/isolation.py), every output
+of a cell collected in order and capped as it arrives (app/tools/sandbox/output.py), a cell that runs too long
 interrupted (so its output cannot leak into the next cell) and the processes it started ended, a dead kernel
 restarted. At most `max_live` sandboxes run in one process: the oldest idle one makes room, else the call is
 refused as busy. The kernel is reached over Unix sockets in the session's folder, never a TCP port."""
@@ -21,11 +21,11 @@ from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 
 from app.config import SandboxLimits
-from app.tools import sandbox
-from app.tools.kernel_output import CellOutput, CellResult, OutputCollector
-from app.tools.sandbox import SessionLayout
-from app.tools.sandbox_cgroup import SandboxCgroup
-from app.tools.sandbox_processes import kill_cell_processes
+from app.tools.sandbox import isolation
+from app.tools.sandbox.output import CellOutput, CellResult, OutputCollector
+from app.tools.sandbox.isolation import SessionLayout
+from app.tools.sandbox.cgroup import SandboxCgroup
+from app.tools.sandbox.processes import kill_cell_processes
 
 __all__ = ["CellOutput", "CellResult", "KernelSession", "SandboxBusy", "SandboxLimits"]
 
@@ -58,7 +58,7 @@ def _write_kernel_spec(layout: SessionLayout, limits: SandboxLimits, cgroup: San
     """This session's kernel spec: its command is ipykernel inside the session's sandbox. Interrupts go as a
     message on the control socket, because a signal to the sandbox's launcher would not reach the kernel."""
     spec = layout.specs / _KERNEL_NAME / "kernel.json"
-    content = {"argv": sandbox.kernel_argv(layout, limits, cgroup), "display_name": "Composite demo sandbox",
+    content = {"argv": isolation.kernel_argv(layout, limits, cgroup), "display_name": "Composite demo sandbox",
                "language": "python", "interrupt_mode": "message"}
     spec.parent.mkdir(parents=True, exist_ok=True)
     spec.write_text(json.dumps(content))
@@ -94,7 +94,7 @@ class KernelSession:
     @property
     def working_folder(self) -> str:
         """The kernel's current folder, as the code running in it sees it."""
-        return sandbox.working_folder(self.layout, self.limits)
+        return isolation.working_folder(self.layout, self.limits)
 
     def _environment(self) -> dict[str, str]:
         env = {name: os.environ[name] for name in _KEPT_ENV if name in os.environ}
@@ -110,7 +110,7 @@ class KernelSession:
             DEMO_SANDBOX_FILE_MB=str(self.limits.file_mb),
             DEMO_SANDBOX_PROCESSES=str(self.limits.processes),
             DEMO_SANDBOX_OUTPUT_CHARS=str(self.limits.output_chars),
-            DEMO_SANDBOX_UPLOADS=sandbox.uploads_folder(self.layout, self.limits),
+            DEMO_SANDBOX_UPLOADS=isolation.uploads_folder(self.layout, self.limits),
         )
         return env
 
@@ -154,10 +154,10 @@ class KernelSession:
             self._lock.release()
 
     def _launch(self) -> None:
-        sandbox.check_available(self.limits)
+        isolation.check_available(self.limits)
         layout = self.layout
         layout.create()
-        uid = sandbox.sandbox_uid(layout) if self.limits.isolation != "none" else None
+        uid = isolation.sandbox_uid(layout) if self.limits.isolation != "none" else None
         run = layout.run
         if uid is not None:
             os.chown(run, uid, uid)  # the kernel, as its own user, creates its sockets here
@@ -259,7 +259,7 @@ class KernelSession:
         process = getattr(manager.provisioner, "process", None)
         if process is None:
             return 0
-        return kill_cell_processes(process.pid, sandbox.kernel_pids_inside(self.layout, self.limits))
+        return kill_cell_processes(process.pid, isolation.kernel_pids_inside(self.layout, self.limits))
 
     def execute(self, code: str, timeout_s: float | None = None) -> CellResult:
         timeout_s = self.limits.cell_timeout_s if timeout_s is None else timeout_s

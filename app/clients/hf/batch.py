@@ -3,8 +3,8 @@
 Decoding a small model is memory-bound: a step reads every weight once whether it computes one row or eight, so a
 batch of replies costs little more per step than one. Replies join the running batch at a token boundary (after a
 prefill of their own, in chunks so that a long prompt does not stall the others for long) and leave it when they
-end, stop or are cancelled; each streams its own tokens and picks them with its own settings (app/clients/
-hf_sampling.py). Positions are each reply's own and padding is masked (app/clients/batch_cache.py), so a reply is
+end, stop or are cancelled; each streams its own tokens and picks them with its own settings (app/clients/hf/
+sampling.py). Positions are each reply's own and padding is masked (app/clients/hf/batch_cache.py), so a reply is
 the one it would be alone, up to floating-point ties.
 
 transformers' own continuous batching (ContinuousBatchingManager) was not used: in 5.19 it takes one
@@ -29,9 +29,9 @@ import torch
 from transformers import DynamicCache
 
 from app.clients.base import ClientError, ModelActivity
-from app.clients.batch_cache import BatchCache, is_plain_cache
-from app.clients.hf_sampling import TokenPicker
-from app.clients.incremental_streamer import IncrementalTextStreamer
+from app.clients.hf.batch_cache import BatchCache, is_plain_cache
+from app.clients.hf.sampling import TokenPicker
+from app.clients.hf.streamer import IncrementalTextStreamer
 from app.clients.streaming import EngineFeed, EngineOutput
 
 log = logging.getLogger(__name__)

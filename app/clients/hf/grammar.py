@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
-from app.clients.grammar_compile import CACHE_LIMIT_BYTES, DeadlineCompiler
+from app.clients.hf.grammar_compile import CACHE_LIMIT_BYTES, DeadlineCompiler
 
 
 class GrammarViolation(RuntimeError):

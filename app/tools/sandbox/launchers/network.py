@@ -1,6 +1,6 @@
 """Gives a bubblewrap sandbox the network without the host's loopback. Run as a script by the kernel spec when
-DEMO_KERNEL_NETWORK is on (never imported by the app): `python sandbox_network.py [LAUNCHER...] bwrap ARGS...`
-(the launcher that starts bubblewrap, sandbox_enter.py, may come first).
+DEMO_KERNEL_NETWORK is on (never imported by the app): `python network.py [LAUNCHER...] bwrap ARGS...`
+(the launcher that starts bubblewrap, enter.py, may come first).
 
 bubblewrap makes the sandbox's own network namespace and reports its first process (--info-fd); slirp4netns then
 connects that namespace to the outside through a user-space TCP/IP stack, with --disable-host-loopback so that

@@ -1,4 +1,4 @@
-"""The key/value cache of the replies the HF backend decodes together (app/clients/hf_batch.py).
+"""The key/value cache of the replies the HF backend decodes together (app/clients/hf/batch.py).
 
 Each reply is prefilled alone into a cache of its own, then joins the batch: the caches' rows are left-padded to one
 length and stacked, and a mask hides the padding from attention. A reply that ends leaves by dropping its row, and

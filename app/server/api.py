@@ -2,7 +2,7 @@
 
 One loaded backend (transformers, vLLM or another OpenAI server) serves every request; prompts, tool-call
 dialects, forced calls, response formats and parsing are the clients' own, so the API behaves exactly like the
-app. Requests and answers are typed (app/server_models.py, `openai.types.chat` in app/server_responses.py).
+app. Requests and answers are typed (app/server/protocol.py, `openai.types.chat` in app/server/answers.py).
 Streams are Server-Sent Events through sse-starlette in OpenAI's format: the role first, content deltas and
 `delta.tool_calls` pieces as they are generated (name first, then argument text), the finish reason, usage when
 asked, `[DONE]`. GET /metrics is in Prometheus' format.
@@ -41,14 +41,14 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app import server_models as api
+from app.server import protocol as api
 from app.clients.base import Client, ClientError, Delta
 from app.clients.registry import create_client
 from app.config import HTTPTimeouts, ImageSettings, ModelSettings, ServerSettings, offline_by_default
 from app.http_timeouts import uvicorn_options
-from app.server_metrics import ServerMetrics
-from app.server_models import APIError, ChatRequest, ErrorBody, ModelList, error_response
-from app.server_responses import Reply, finish_reason
+from app.server.metrics import ServerMetrics
+from app.server.protocol import APIError, ChatRequest, ErrorBody, ModelList, error_response
+from app.server.answers import Reply, finish_reason
 
 log = logging.getLogger(__name__)
 MAX_TEXT_BODY_BYTES = 4 * 1024 * 1024  # a request's JSON besides its images
@@ -466,7 +466,7 @@ def _error_event(message: str) -> dict[str, str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="OpenAI-compatible API over the demo's backends.")
+    parser = argparse.ArgumentParser(prog="python -m app.server", description="OpenAI-compatible API over the demo's backends.")
     defaults = ModelSettings.from_env()
     parser.add_argument("--backend", default=defaults.backend, help="hf, vllm or openai (default: %(default)s)")
     parser.add_argument("--model", default=defaults.model_path, help="local model folder (default: embedded SmolLM2)")
@@ -498,6 +498,3 @@ def main() -> None:
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
                 timeout_graceful_shutdown=server.shutdown_timeout_s, **uvicorn_options(HTTPTimeouts.from_env()))
 
-
-if __name__ == "__main__":
-    main()
