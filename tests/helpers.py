@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -76,13 +77,31 @@ def open_chat(browser: Any, url: str, seed: str, height: int = 900) -> Any:
 
 
 def ask(page: Any, text: str, answer_index: int) -> Any:
-    """Send `text`; return the `answer_index`-th chat message once its metrics line says it is complete."""
+    """Send `text`; return the `answer_index`-th chat message once it is complete and the page has settled."""
     box = page.get_by_test_id("stChatInputTextArea")
     box.fill(text)
     box.press("Enter")
     answer = page.locator('[data-testid="stChatMessage"]').nth(answer_index)
-    answer.get_by_text("tok/s").first.wait_for(timeout=180_000)  # a rerun may briefly show the line twice
+    answer.get_by_text("tok/s").first.wait_for(timeout=180_000)
+    settle(page, answer)
     return answer
+
+
+def settle(page: Any, element: Any, timeout_s: float = 60) -> None:
+    """Wait until the script has stopped running and `element` has shown the same text, with nothing stale in it,
+    for 0.6 s. While a run draws the page, Streamlit keeps the previous run's elements on view (marked
+    data-stale) until they are replaced: a loaded machine once showed a new answer's bubble as "waiting for the
+    model..." under the previous answer's metrics line, and the test read that."""
+    deadline = time.monotonic() + timeout_s
+    last, steady = None, 0
+    while steady < 3:
+        assert time.monotonic() < deadline, f"the page did not settle: {element.inner_text()[:300]!r}"
+        time.sleep(0.2)
+        shown = element.inner_text()
+        quiet = (not page.get_by_test_id("stStatusWidget").is_visible()
+                 and element.locator('[data-stale="true"]').count() == 0)
+        steady = steady + 1 if quiet and shown == last else 0
+        last = shown
 
 
 # ----- documents and pages for the web and document tools ----------------------------------------------------------
