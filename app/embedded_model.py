@@ -3,6 +3,7 @@
 Loading GGUF dequantises every tensor (~25 s); we do that once and keep a safetensors folder in the cache, which
 later loads in a few seconds and which vLLM can read too. `python -m app.embedded_model` does the conversion
 (run by `make setup`); the app calls `ensure_embedded_model()` so a missing cache still works on first run.
+Light on purpose (no torch, no transformers at import): the sidebar asks `model_folder` before any model loads.
 """
 
 from __future__ import annotations
@@ -46,6 +47,16 @@ def embedded_model_dir() -> Path:
     return cache_dir() / "models" / FOLDER_NAME
 
 
+def is_embedded(model_path: str) -> bool:
+    """The one place of the rule: an empty (or blank) model path means the embedded model."""
+    return not model_path.strip()
+
+
+def model_folder(model_path: str) -> Path:
+    """The folder a model path names: the embedded model's (which may not be converted yet) for an empty one."""
+    return embedded_model_dir() if is_embedded(model_path) else Path(model_path.strip()).expanduser()
+
+
 def is_converted(folder: Path) -> bool:
     return all((folder / name).is_file() for name in _REQUIRED_FILES)
 
@@ -82,7 +93,7 @@ def _convert(source: Path, destination: Path) -> None:
     tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
     model = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name)
     # The weights are already dequantised; without this, save_pretrained refuses or records a GGUF quantizer.
-    model.hf_quantizer = None
+    model.hf_quantizer = None  # type: ignore[assignment]  # typed as the quantizer, never None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model.save_pretrained(destination, safe_serialization=True)

@@ -5,7 +5,7 @@ Per setting, the first of these that has a value wins:
    recommendation; `do_sample: false` means greedy, i.e. temperature 0);
 2. `RECOMMENDED`, a small table of settings from model cards (and our own measurements), for models whose folder
    carries none: the embedded SmolLM2 among them, whose card samples with temperature 0.2 and top_p 0.9;
-3. `BUILT_IN`, for anything else.
+3. `BUILT_IN` (GenerationParams' own defaults), for anything else.
 
 The sidebar starts its sliders from these, and the API server fills in the fields a request leaves out, as vLLM's
 server does with `--generation-config auto`.
@@ -19,12 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.clients.base import GenerationParams
 from app.config import ModelSettings
+from app.embedded_model import model_folder
+from app.generation_params import GenerationParams
 
-SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "repetition_penalty")
+SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "repetition_penalty")  # those a model's authors recommend
 
-BUILT_IN: dict[str, float | int] = {"temperature": 0.7, "top_p": 0.9, "top_k": 50, "repetition_penalty": 1.0}
+_PARAMS_DEFAULTS = GenerationParams()
+# GenerationParams' own defaults: each value is written once, there.
+BUILT_IN: dict[str, float | int] = {name: getattr(_PARAMS_DEFAULTS, name) for name in SAMPLING_FIELDS}
 BUILT_IN_SOURCE = "built-in default"
 
 
@@ -93,8 +96,9 @@ def _valid(values: dict[str, float | int]) -> dict[str, float | int]:
     """Drop values GenerationParams would refuse: a broken config must not break the sidebar or the server."""
     kept = {}
     for name, value in values.items():
+        alone: dict[str, Any] = {name: value}
         try:
-            GenerationParams(**{name: value})
+            GenerationParams(**alone)
         except ValueError:
             continue
         kept[name] = value
@@ -124,10 +128,5 @@ def defaults_for_settings(settings: ModelSettings) -> GenerationDefaults:
     loads). The embedded model's folder may not be converted yet: its name still finds its recommendation."""
     if settings.backend == "openai":
         return generation_defaults(settings.api_model)
-    if settings.model_path.strip():
-        folder = Path(settings.model_path.strip()).expanduser()
-    else:
-        from app.embedded_model import embedded_model_dir
-
-        folder = embedded_model_dir()
+    folder = model_folder(settings.model_path)
     return generation_defaults(folder.name, folder)

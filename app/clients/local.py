@@ -1,7 +1,7 @@
 """What a local backend (transformers or vLLM) needs to know about a model's chat template, and turning OpenAI
 messages plus tools (and, for a vision-language model, pictures) into prompt token ids with it: the tool-call
 dialect, whether the template renders tools, stop tokens, fitting into the context window, and the parser and
-grammar for the reply."""
+grammar for the reply; and which model folder a local backend loads (`resolve_model_path`)."""
 
 from __future__ import annotations
 
@@ -19,13 +19,14 @@ from app.chat_format import PromptTooLong, ResponseProcessor, fit_to_context, pr
 from app.clients.base import Capabilities, ClientError, Delta, GenerationParams, ResponseFormat, ToolRequest
 from app.clients.streaming import EngineRequest, stream_engine
 from app.clients.vision import NO_VISION, PromptImages, has_images
-from app.thinking import THINK_TAGS
+from app.config import ImageSettings, SchemaLimits
 from app.conversation import AnswerMetrics
 from app.dialects import ConstrainedCall, Dialect, detect_dialect, get_dialect
 from app.dialects.constraint import call_ebnf, reply_ebnf
-from app.config import ImageSettings, SchemaLimits
+from app.embedded_model import ensure_embedded_model, is_embedded, model_folder
 from app.generation_defaults import GenerationDefaults, generation_defaults
 from app.schema_limits import schema_size_problem
+from app.thinking import THINK_TAGS
 
 # Used only when a model ships no chat template at all (base models): plain ChatML.
 FALLBACK_CHAT_TEMPLATE = (
@@ -33,8 +34,8 @@ FALLBACK_CHAT_TEMPLATE = (
     "+ '<|im_end|>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 _PROBE = "\u2063probe-answer\u2063"
-_PROBE_TOOL = {"type": "function", "function": {"name": "probe_tool_7f3a", "description": "Probe.",
-                                                "parameters": {"type": "object", "properties": {}}}}
+_PROBE_TOOL: dict[str, Any] = {"type": "function", "function": {"name": "probe_tool_7f3a", "description": "Probe.",
+                                                                "parameters": {"type": "object", "properties": {}}}}
 
 
 @dataclass
@@ -296,6 +297,25 @@ def _grammar_problem(error: Exception) -> str:
     an API answer)."""
     lines = str(error).strip().splitlines() or [type(error).__name__]
     return re.sub(r"^\[[^\]]*\]\s*\S+:\d+:\s*", "", lines[-1].strip())
+
+
+def resolve_model_path(model_path: str) -> Path:
+    """The model folder a local backend loads: the embedded SmolLM2 for an empty path (converted on first use),
+    else a local Hugging Face model folder, which must exist and hold config.json."""
+    if is_embedded(model_path):
+        return ensure_embedded_model()
+    path = model_folder(model_path)
+    if not path.exists():
+        raise ClientError(
+            f"Model folder {str(path)!r} does not exist. Enter the path of a local Hugging Face model folder "
+            "(one with config.json), or clear the field to use the embedded SmolLM2."
+        )
+    if not (path / "config.json").is_file():
+        raise ClientError(
+            f"{str(path)!r} has no config.json, so it is not a Hugging Face model folder. "
+            "Point to the folder that holds config.json and the *.safetensors weights."
+        )
+    return path
 
 
 class LocalTemplateClient(ABC):

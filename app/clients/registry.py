@@ -1,8 +1,13 @@
-"""Backends by name. A front end asks `create_client(settings)`; caching one instance per process is its job."""
+"""Backends by name. A front end asks `create_client(settings)`; caching one instance per process is its job.
+
+A new backend is a module (or package) with a Client class taking ModelSettings, plus one line in BACKENDS. The
+class is named by its import path and imported only when its backend is chosen: the transformers backend imports
+torch, the vLLM one vLLM, and the sidebar lists them all without loading either.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
 from dataclasses import dataclass
 
 from app.clients.base import Client, ClientError
@@ -11,35 +16,23 @@ from app.config import ModelSettings
 
 @dataclass(frozen=True)
 class Backend:
-    name: str
-    label: str
-    factory: Callable[[ModelSettings], Client]
+    name: str  # ModelSettings.backend
+    label: str  # as the sidebar shows it
+    client: str  # "module:Class" of its Client, whose __init__ takes the ModelSettings
 
-
-def _hf(settings: ModelSettings) -> Client:
-    from app.clients.hf.client import HFClient  # imports torch: only when this backend is chosen
-
-    return HFClient(settings)
-
-
-def _vllm(settings: ModelSettings) -> Client:
-    from app.clients.vllm import VLLMClient  # imports vLLM: only when this backend is chosen
-
-    return VLLMClient(settings)
-
-
-def _openai(settings: ModelSettings) -> Client:
-    from app.clients.openai import OpenAIClient
-
-    return OpenAIClient(settings)
+    def factory(self, settings: ModelSettings) -> Client:
+        """Load this backend's module (only now) and start its client."""
+        module, _, class_name = self.client.partition(":")
+        client: Client = getattr(importlib.import_module(module), class_name)(settings)
+        return client
 
 
 BACKENDS: dict[str, Backend] = {
     backend.name: backend
     for backend in (
-        Backend("hf", "Hugging Face transformers", _hf),
-        Backend("vllm", "vLLM (in process)", _vllm),
-        Backend("openai", "OpenAI-compatible API", _openai),
+        Backend("hf", "Hugging Face transformers", "app.clients.hf.client:HFClient"),
+        Backend("vllm", "vLLM (in process)", "app.clients.vllm:VLLMClient"),
+        Backend("openai", "OpenAI-compatible API", "app.clients.openai:OpenAIClient"),
     )
 }
 

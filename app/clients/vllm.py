@@ -19,7 +19,7 @@ import uuid
 from typing import Any
 
 from app.clients.base import ClientError, ModelActivity
-from app.clients.local import ChatTemplate, LocalTemplateClient, PreparedPrompt
+from app.clients.local import ChatTemplate, LocalTemplateClient, PreparedPrompt, resolve_model_path
 from app.clients.streaming import EngineFeed, EngineOutput, EngineRequest
 from app.clients.vision import is_vision_config, load_processor
 from app.config import ImageSettings, ModelSettings, offline_by_default
@@ -56,8 +56,6 @@ class VLLMClient(LocalTemplateClient):
         offline_by_default()
         engine_args_cls, async_llm_cls, self._sampling_cls, self._output_kind, self._structured_cls = _import_vllm()
         from transformers import AutoConfig, AutoTokenizer, GenerationConfig
-
-        from app.clients.hf.client import resolve_model_path
 
         self.settings = settings
         self.model_path = resolve_model_path(settings.model_path)
@@ -182,7 +180,8 @@ class _Request:
             encoded = self.prompt.encoded
             request: dict[str, Any] = {"prompt_token_ids": self.prompt.token_ids}
             if encoded.images:
-                request = {"prompt_token_ids": encoded.template_token_ids, "multi_modal_data": {"image": encoded.images}}
+                request = {"prompt_token_ids": encoded.template_token_ids,
+                           "multi_modal_data": {"image": encoded.images}}
             async for output in self.client.engine.generate(request, self.sampling, self.request_id):
                 completion = output.outputs[0]
                 feed.put(EngineOutput(text=completion.text, tokens=len(completion.token_ids),

@@ -4,9 +4,15 @@ DEMO_DATABASE_URL; schema by Alembic migrations, applied when the database is op
 from __future__ import annotations
 
 from app.storage.engine import open_database
-from app.storage.errors import (ConversationNotFound, ImportRejected, StorageError, UnreadableConversation,
-                                VersionConflict)
-from app.storage.repository import ConversationStore, ConversationSummary, StoredConversation
+from app.storage.errors import (
+    ConversationNotFound,
+    ImportRejected,
+    StorageError,
+    UnreadableConversation,
+    VersionConflict,
+)
+from app.storage.records import ConversationSummary, StoredConversation
+from app.storage.repository import ConversationStore
 
 __all__ = ["ConversationNotFound", "ConversationStore", "ConversationSummary", "ImportRejected", "StorageError",
            "StoredConversation", "UnreadableConversation", "VersionConflict", "default_store", "open_database"]

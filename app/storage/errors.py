@@ -3,10 +3,7 @@ wrapped in one too, so a page can show "not saved" without knowing SQLAlchemy.""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from app.storage.repository import StoredConversation
+from app.storage.records import StoredConversation
 
 
 class StorageError(Exception):

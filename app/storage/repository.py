@@ -8,12 +8,26 @@ import json
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from pydantic import ValidationError
-from sqlalchemy import ColumnElement, Engine, case, delete, exists, false, func, insert, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    CursorResult,
+    Engine,
+    Result,
+    case,
+    delete,
+    exists,
+    false,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -22,35 +36,11 @@ from app.storage import codec, transfer
 from app.storage.errors import ConversationNotFound, StorageError, UnreadableConversation, VersionConflict
 from app.storage.models import ConversationRow as C
 from app.storage.models import MessageRow as M
+from app.storage.records import ConversationSummary, StoredConversation
 from app.storage.schema import describe
 from app.storage.sqlite import WRITE
 
 MAX_LIST_LIMIT = 500
-
-
-@dataclass(frozen=True)
-class ConversationSummary:
-    """One history entry. message_count counts the messages shown (not those a truncation removed)."""
-
-    id: str
-    title: str
-    page: str
-    updated_at: datetime
-    message_count: int
-
-
-@dataclass(frozen=True)
-class StoredConversation:
-    id: str
-    owner: str
-    page: str
-    title: str
-    settings: dict[str, Any]
-    version: int
-    created_at: datetime
-    updated_at: datetime
-    message_count: int  # the messages shown; len(messages) when they were read
-    messages: list[Message]  # in order, without truncated ones; empty when read with with_messages=False
 
 
 class ConversationStore:
@@ -123,15 +113,15 @@ class ConversationStore:
         slider moved in one tab must not make another tab's edit fail, nor reorder the history."""
         values = _json_object(settings)
         with self._writing() as session:
-            if session.execute(update(C).where(C.id == id, C.owner == owner).values(settings=values)
-                               .execution_options(synchronize_session=False)).rowcount == 0:
+            if _rowcount(session.execute(update(C).where(C.id == id, C.owner == owner).values(settings=values)
+                                         .execution_options(synchronize_session=False))) == 0:
                 raise ConversationNotFound(id)
 
     def delete(self, owner: str, id: str) -> None:
         """Delete the conversation and its messages for good."""
         with self._writing() as session:
-            if session.execute(delete(C).where(C.id == id, C.owner == owner)
-                               .execution_options(synchronize_session=False)).rowcount == 0:
+            if _rowcount(session.execute(delete(C).where(C.id == id, C.owner == owner)
+                                         .execution_options(synchronize_session=False))) == 0:
                 raise ConversationNotFound(id)
 
     # ----- messages ---------------------------------------------------------------------------------------------
@@ -205,9 +195,9 @@ class ConversationStore:
                  "search_text": codec.search_text(message), "payload": codec.encode_message_json(message)}
                 for seq, message in enumerate(imported.messages)]
         with self._writing() as session:
-            session.add(C(id=conversation_id, owner=owner, page=page or imported.page, title=codec.clean_title(imported.title),
-                          settings=imported.settings, version=1, message_count=len(rows),
-                          created_at=imported.created_at or now, updated_at=now))
+            session.add(C(id=conversation_id, owner=owner, page=page or imported.page,
+                          title=codec.clean_title(imported.title), settings=imported.settings, version=1,
+                          message_count=len(rows), created_at=imported.created_at or now, updated_at=now))
             session.flush()  # the conversation before its messages (foreign key)
             if rows:
                 session.execute(insert(M), rows)
@@ -258,6 +248,11 @@ def _as_json(payload: str) -> Any:
         return json.loads(payload)
     except ValueError:  # not even JSON: the text itself
         return payload
+
+
+def _rowcount(result: Result[Any]) -> int:
+    """The rows an UPDATE or DELETE matched. Its result is a CursorResult, which Session.execute's type leaves out."""
+    return cast(CursorResult[Any], result).rowcount
 
 
 def _shown_count() -> ColumnElement[int]:

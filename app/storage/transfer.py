@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -30,10 +30,8 @@ from app.conversation import Message
 from app.media import ImageError, sniff_mime
 from app.storage.codec import MAX_TITLE_CHARS, encode_message
 from app.storage.errors import ImportRejected
+from app.storage.records import StoredConversation
 from app.storage.schema import MessageRecord, SettingsRecord, describe
-
-if TYPE_CHECKING:
-    from app.storage.repository import StoredConversation
 
 FORMAT = "composite-demo-conversation"
 FORMAT_VERSION = 1

@@ -16,8 +16,7 @@ import threading
 import weakref
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import torch
 from transformers import (
@@ -31,11 +30,11 @@ from transformers import (
 )
 
 from app.clients.base import ClientError, ModelActivity
-from app.clients.local import ChatTemplate, LocalTemplateClient, PreparedPrompt
-from app.clients.hf.grammar import ConstrainedDecoding
 from app.clients.hf.batch import BatchedDecoder, BatchedReply, can_batch
+from app.clients.hf.grammar import ConstrainedDecoding
 from app.clients.hf.sampling import TokenPicker, answer_processors, suppressed_tokens, torch_seed
 from app.clients.hf.streamer import IncrementalTextStreamer
+from app.clients.local import ChatTemplate, LocalTemplateClient, PreparedPrompt, resolve_model_path
 from app.clients.streaming import EngineFeed, EngineOutput, EngineRequest
 from app.clients.vision import is_vision_config, load_processor
 from app.config import ModelSettings, offline_by_default
@@ -84,7 +83,8 @@ class CancelCriteria(StoppingCriteria):
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
         stop = any(event.is_set() for event in self.events)
-        return torch.full((input_ids.shape[0],), stop, dtype=torch.bool, device=input_ids.device)
+        flags = torch.full((input_ids.shape[0],), stop, dtype=torch.bool, device=input_ids.device)
+        return cast(torch.BoolTensor, flags)
 
 
 def resolve_device(requested: str) -> str:
@@ -110,26 +110,6 @@ def resolve_dtype(requested: str, device: str) -> torch.dtype:
     return dtype
 
 
-def resolve_model_path(model_path: str) -> Path:
-    """An empty path means the embedded SmolLM2 (converted on first use); anything else must be a local folder."""
-    if not model_path.strip():
-        from app.embedded_model import ensure_embedded_model
-
-        return ensure_embedded_model()
-    path = Path(model_path.strip()).expanduser()
-    if not path.exists():
-        raise ClientError(
-            f"Model folder {str(path)!r} does not exist. Enter the path of a local Hugging Face model folder "
-            "(one with config.json), or clear the field to use the embedded SmolLM2."
-        )
-    if not (path / "config.json").is_file():
-        raise ClientError(
-            f"{str(path)!r} has no config.json, so it is not a Hugging Face model folder. "
-            "Point to the folder that holds config.json and the *.safetensors weights."
-        )
-    return path
-
-
 class HFClient(LocalTemplateClient):
     backend = "hf"
 
@@ -140,6 +120,8 @@ class HFClient(LocalTemplateClient):
         dtype = resolve_dtype(settings.dtype, self.device)
         self.model_path = resolve_model_path(settings.model_path)
         processor = None
+        # Any: transformers types its models loosely (its wrapped `to` and `generate` fail mypy on a real model).
+        self.model: Any
         try:
             tokenizer = AutoTokenizer.from_pretrained(self.model_path)
             load_kwargs: dict[str, Any] = {"dtype": dtype}
@@ -160,8 +142,8 @@ class HFClient(LocalTemplateClient):
             self.model.to(self.device)
         self.model.eval()
         eos = self.model.generation_config.eos_token_id
-        self.template = ChatTemplate(tokenizer, eos if isinstance(eos, list) else [eos], self._context_window(tokenizer),
-                                     processor)
+        self.template = ChatTemplate(tokenizer, eos if isinstance(eos, list) else [eos],
+                                     self._context_window(tokenizer), processor)
         self._constrained = ConstrainedDecoding(self.tokenizer, self.model, self.stop_token_ids)
         self.decoder: BatchedDecoder | None = None
         self.queue: GenerationQueue | None = None
@@ -265,7 +247,7 @@ class HFClient(LocalTemplateClient):
             self.decoder.close()
         if self.queue is not None:
             self.queue.shutdown()
-        self.model = None  # type: ignore[assignment]
+        self.model = None
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 
