@@ -130,7 +130,8 @@ class AnswerMetrics:
     def record_timing(self, started: float, first_token: float | None, last_token: float | None) -> None:
         """Total time since `started` and decode speed between the first and the last token (perf_counter)."""
         self.total_time_s = time.perf_counter() - started
-        if first_token is not None and last_token is not None and self.completion_tokens > 1 and last_token > first_token:
+        if (first_token is not None and last_token is not None and self.completion_tokens > 1
+                and last_token > first_token):
             self.tokens_per_second = (self.completion_tokens - 1) / (last_token - first_token)
 
     def summary(self) -> str:

@@ -9,6 +9,7 @@ that already treats bad JSON as "not a call" / "not valid arguments" handles the
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable
@@ -73,7 +74,7 @@ def loads_sequence(text: str, separators: str = "", max_depth: int = MAX_DEPTH,
     values: list[Any] = []
     position = _SEPARATORS.match(text).end()  # type: ignore[union-attr]  # `\s*` always matches
     while position < len(text):
-        value, position = _decoding(text, lambda: decoder.raw_decode(text, position))
+        value, position = _decoding(text, functools.partial(decoder.raw_decode, text, position))
         values.append(value)
         position = between.match(text, position).end()  # type: ignore[union-attr]
     return values

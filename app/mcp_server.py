@@ -35,6 +35,7 @@ from mcp.server import Server, ServerRequestContext
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.stdio import stdio_server
+from pydantic import AnyHttpUrl
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
@@ -43,8 +44,8 @@ from app.config import HTTPTimeouts, McpSettings
 from app.http_timeouts import uvicorn_options
 from app.media import ImageError, sniff_mime
 from app.tools import load_tools
-from app.tools.sandbox import isolation
 from app.tools.registry import RunningCall, ToolRegistry, ToolResult
+from app.tools.sandbox import isolation
 from app.tools.session import SessionTools
 
 _POLL_S = 0.5  # how often a waiting call checks whether the client cancelled it
@@ -171,7 +172,7 @@ def serve_http(server: Server[Any], host: str, port: int, api_key: str | None) -
 
     base_url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
     # No OAuth server here: the issuer is this server itself, which hands out the one key out of band.
-    auth = AuthSettings(issuer_url=base_url, resource_server_url=None) if api_key else None
+    auth = AuthSettings(issuer_url=AnyHttpUrl(base_url), resource_server_url=None) if api_key else None
     app = server.streamable_http_app(host=host, auth=auth, token_verifier=_ApiKey(api_key) if api_key else None,
                                      custom_starlette_routes=[Route("/health", _health)])
     if not api_key and host not in ("127.0.0.1", "localhost", "::1"):

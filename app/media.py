@@ -197,10 +197,10 @@ def _decode(data: bytes, name: str, max_pixels: int, max_side: int | None) -> tu
         if max_side and source_format in _JPEG_FORMATS:
             image.draft(None, (max_side, max_side))  # JPEG decodes at 1/2, 1/4 or 1/8 scale, both sides >= max_side
         image.load()  # the first frame of an animation: Pillow opens at frame 0 and is never moved on
-        image = _to_rgb(image)
+        rgb = _to_rgb(image)
         if max_side:
-            image = fit_within(image, max_side)
-        return _upright(image), source_format
+            rgb = fit_within(rgb, max_side)
+        return _upright(rgb), source_format
     except ImageError:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:

@@ -2,9 +2,9 @@
 
 Building and compiling a grammar grows steeply with what a schema holds, not with its byte size alone: 10,000 enum
 values took 3.7 s to compile and 100,000 over 7 minutes, 3,000 `anyOf` alternatives 33 s, a 1,900-character
-`pattern` 2.8 s, a 10-character `a{1,50000}` never finished (SmolLM2's vocabulary, this project's 2-core test machine). Validating the schema itself against
-its meta-schema (jsonschema, pure Python) took 8 s for 640 KB. Each of these is bounded here (`SchemaLimits`), so
-that what passes compiles in about a second at most.
+`pattern` 2.8 s, a 10-character `a{1,50000}` never finished (SmolLM2's vocabulary, this project's 2-core test
+machine). Validating the schema itself against its meta-schema (jsonschema, pure Python) took 8 s for 640 KB.
+Each of these is bounded here (`SchemaLimits`), so that what passes compiles in about a second at most.
 """
 
 from __future__ import annotations

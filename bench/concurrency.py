@@ -19,13 +19,10 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import statistics
-import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-
 
 from bench.server_overhead import IgnoreEOSClient, start_our_server
 from bench.timing import Sample, time_client_stream, time_server_stream
@@ -145,7 +142,8 @@ def report(path: str, results: dict[str, list[Level]]) -> None:
     for index in range(len(results["batch"])):
         for mode in ("queue", "batch"):
             level, one = results[mode][index], results[mode][0]
-            print(f"{level.sessions:>8} | {mode:6} | {level.aggregate:15.1f} | {level.aggregate / one.aggregate:10.2f}x | "
+            scaling = level.aggregate / one.aggregate
+            print(f"{level.sessions:>8} | {mode:6} | {level.aggregate:15.1f} | {scaling:10.2f}x | "
                   f"{level.per_session:17.1f} | {level.ttft_p50 * 1000:9.0f} / {level.ttft_p95 * 1000:9.0f} | "
                   f"{level.spread_p50 * 1000:10.0f} / {level.spread_p95 * 1000:9.0f}")
     batch, queue = results["batch"], results["queue"]

@@ -22,8 +22,6 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-
 from app.agent import TurnDone, run_turn
 from app.clients.base import GenerationParams
 from app.clients.hf.client import HFClient
@@ -32,6 +30,7 @@ from app.conversation import Conversation, Message
 from app.generation_defaults import BUILT_IN
 from app.ui.sidebar import DEFAULT_SYSTEM_PROMPT
 
+ROOT = Path(__file__).resolve().parent.parent
 SMOKE_SET = ROOT / "tests" / "data" / "smoke_set.json"
 BEFORE = (dict(BUILT_IN), "You are a helpful, concise assistant.")
 LISTS = {"conversations": "smoke set (CI)", "beyond_the_embedded_model": "beyond the embedded model"}

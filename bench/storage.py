@@ -17,14 +17,12 @@ import argparse
 import math
 import os
 import statistics
-import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-
 
 from sqlalchemy import delete, insert
 

@@ -12,17 +12,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
-
 
 import torch
 from transformers.generation.streamers import BaseStreamer
 
-from bench.timing import time_client_stream
 from app.clients.hf.client import HFClient
 from app.config import ModelSettings
+from bench.timing import time_client_stream
 
 PROMPT = [{"role": "user", "content": "Write a long story about a lighthouse keeper and a storm."}]
 

@@ -17,10 +17,8 @@ import argparse
 import gc
 import os
 import statistics
-import sys
 import threading
 import time
-from pathlib import Path
 
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
 

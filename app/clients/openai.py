@@ -27,7 +27,7 @@ from app.generation_defaults import generation_defaults
 from app.thinking import THINK_TAGS, ThinkingSplitter
 
 
-def _friendly(exc: Exception, base_url: str, model: str) -> ClientError:
+def _friendly(exc: BaseException, base_url: str, model: str) -> ClientError:
     """The SDK's exceptions as errors a user can act on."""
     if isinstance(exc, openai.APITimeoutError):
         return ClientError(f"The API at {base_url} did not answer in time. Is the server overloaded?")
@@ -66,7 +66,8 @@ class OpenAIClient:
         self.sdk = openai.OpenAI(
             base_url=self.base_url,
             api_key=settings.api_key or "not-needed",  # local servers take any key; the SDK insists on one
-            timeout=httpx.Timeout(600.0, connect=5.0),
+            # openai 3 types this as httpx2.Timeout and converts an httpx one (normalize_httpx_timeout).
+            timeout=httpx.Timeout(600.0, connect=5.0),  # type: ignore[arg-type]
             max_retries=0,
         )
         listed = self._list_models()

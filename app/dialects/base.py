@@ -365,7 +365,8 @@ def _with_dict_arguments(message: dict[str, Any]) -> dict[str, Any]:
     return message
 
 
-def call_from_json(data: Any, tool_names: Sequence[str], require_known: bool, arguments_keys: Sequence[str]) -> ToolCall | None:
+def call_from_json(data: Any, tool_names: Sequence[str], require_known: bool,
+                   arguments_keys: Sequence[str]) -> ToolCall | None:
     """A ToolCall from a decoded {"name": ..., "<arguments key>": {...}} object, or None if it is not one."""
     if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not data["name"].strip():
         return None

@@ -108,7 +108,8 @@ def parse_server(name: str, entry: Any, where: str = "mcp.json") -> ServerSpec:
 def bearer_server(url: str, token: str = "") -> HttpServer:
     """A Streamable HTTP server as a user enters it: a URL and an optional bearer token."""
     try:
-        return HttpServer(url=url.strip(), headers={"Authorization": f"Bearer {token.strip()}"} if token.strip() else {})
+        headers = {"Authorization": f"Bearer {token.strip()}"} if token.strip() else {}
+        return HttpServer(url=url.strip(), headers=headers)
     except ValidationError:
         raise McpConfigError(f"{url.strip() or 'The URL'!r} is not an http:// or https:// URL with a host.") from None
 

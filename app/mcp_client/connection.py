@@ -147,7 +147,8 @@ class ServerConnection:
                             "cancelled.") from None
         except MCPError as exc:
             if exc.code == REQUEST_TIMEOUT:
-                raise ToolError(f"the MCP server {self.name!r} did not answer in time; the call was cancelled.") from None
+                raise ToolError(f"the MCP server {self.name!r} did not answer in time; the call was cancelled.") \
+                    from None
             if exc.code != CONNECTION_CLOSED:
                 raise ToolError(f"the MCP server {self.name!r} refused the call: {exc.message}") from None
             failure: BaseException = exc

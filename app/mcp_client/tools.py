@@ -13,8 +13,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from mcp import types
 from jsonschema import Draft202012Validator, SchemaError
+from mcp import types
 
 from app.config import SchemaLimits
 from app.mcp_client.connection import ServerConnection
@@ -30,7 +30,8 @@ _MAX_NAME = 64
 _GRACE_S = 5.0  # the registry's own limit only backs up the connection's, which says more
 
 
-def mcp_registry(manager: McpManager, connections: Iterable[ServerConnection], taken: Iterable[str] = ()) -> ToolRegistry:
+def mcp_registry(manager: McpManager, connections: Iterable[ServerConnection],
+                 taken: Iterable[str] = ()) -> ToolRegistry:
     """The tools of the connected servers among `connections`. A tool keeps its name (made to fit
     ^[a-zA-Z0-9_-]{1,64}$) unless that clashes with `taken` (the page's other tools) or with another MCP tool:
     then it is called `server_tool`. Tools whose input schema is not a usable JSON Schema object are left out."""
@@ -39,7 +40,7 @@ def mcp_registry(manager: McpManager, connections: Iterable[ServerConnection], t
     names = _unique_names([(connection.name, tool.name) for connection, tool, _ in found], set(taken))
     limit = manager.settings.connect_timeout_s + manager.settings.call_timeout_s + _GRACE_S
     registry = ToolRegistry()
-    for (connection, tool, parameters), name in zip(found, names):
+    for (connection, tool, parameters), name in zip(found, names, strict=True):
         call, cancel = _caller(manager, connection, tool.name, name, limit)
         description = tool.description or tool.title or (tool.annotations.title if tool.annotations else None) or ""
         registry.add(Tool(name, call, function_schema(name, description, parameters), timeout_s=limit,
@@ -76,7 +77,7 @@ def _unique_names(tools: list[tuple[str, str]], taken: set[str]) -> list[str]:
     counts = Counter(plain)
     used = set(taken)
     names = []
-    for (server, _), name in zip(tools, plain):
+    for (server, _), name in zip(tools, plain, strict=True):
         if name in taken or counts[name] > 1:
             name = _fit(f"{server}_{name}")
         base, number = name, 2

@@ -46,7 +46,7 @@ def calculator(expression: str) -> str:
 
     Args:
         expression: Numbers, + - * / // % **, parentheses, and the functions sqrt, sin, cos, tan, log, exp, abs, round, and the constants pi and e.
-    """
+    """  # noqa: E501 (a tool's docstring is its description, as the model reads it: one line per argument)
     return f"{expression.strip()} = {evaluate(expression)}"
 
 

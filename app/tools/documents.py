@@ -174,7 +174,7 @@ def _pypdf_limits(max_bytes: int) -> AbstractContextManager[object]:
     import pypdf
 
     known = {field for field in _PYPDF_OUTPUT_LIMITS if hasattr(pypdf.get_configuration(), field)}
-    return pypdf.apply_configuration(**{field: max_bytes for field in known})
+    return pypdf.apply_configuration(None, **{field: max_bytes for field in known})
 
 
 def _pdf(name: str, data: bytes, budget: _TextBudget, settings: DocumentSettings) -> None:

@@ -54,7 +54,8 @@ class ImageAPI:
                 item = (response.json().get("data") or [{}])[0]
                 image = self._image_bytes(http, item)
         except (httpx.ConnectError, httpx.TimeoutException, httpx.NetworkError) as exc:
-            raise ToolError(f"the image service at {self.base_url} could not be reached ({type(exc).__name__}).") from None
+            reason = type(exc).__name__
+            raise ToolError(f"the image service at {self.base_url} could not be reached ({reason}).") from None
         except ValueError:
             raise ToolError("the image service sent an answer that is not JSON.") from None
         revised = item.get("revised_prompt") or prompt.strip()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from app.code_blocks import strip_code_fence
 from app.conversation import Attachment
-from app.tools.sandbox.kernel import KernelSession, SandboxBusy
 from app.tools.registry import ToolError, ToolOutput
+from app.tools.sandbox.kernel import KernelSession, SandboxBusy
 
 
 class PythonTool:
@@ -17,7 +17,7 @@ class PythonTool:
 
         Args:
             code: The Python code to run.
-        """
+        """  # noqa: E501 (a tool's docstring is its description, as the model reads it: one line)
         try:
             result = self.kernel.execute(strip_code_fence(code))
         except SandboxBusy as exc:

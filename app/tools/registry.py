@@ -48,7 +48,8 @@ class ToolResult:
     def for_model(self) -> str:
         if len(self.content) <= MAX_OBSERVATION_CHARS:
             return self.content
-        return self.content[:MAX_OBSERVATION_CHARS] + f"\n[... {len(self.content) - MAX_OBSERVATION_CHARS} more characters cut]"
+        cut = len(self.content) - MAX_OBSERVATION_CHARS
+        return self.content[:MAX_OBSERVATION_CHARS] + f"\n[... {cut} more characters cut]"
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ def convert(value: float, from_unit: str, to_unit: str) -> float:
     source, target = _normalise(from_unit), _normalise(to_unit)
     if source in _TEMPERATURE and target in _TEMPERATURE:
         return _from_kelvin(_to_kelvin(value, source), target)
-    for kind, factors in _LINEAR.items():
+    for factors in _LINEAR.values():
         if source in factors and target in factors:
             return value * factors[source] / factors[target]
     known = ", ".join(sorted({u for factors in _LINEAR.values() for u in factors} | {"C", "F", "K"}))

@@ -55,7 +55,8 @@ def get_weather(city: str) -> str:
     def value(key: str) -> str:
         return f"{current.get(key)}{units.get(key, '')}"
 
-    sky = _WMO.get(current.get("weather_code"), f"weather code {current.get('weather_code')}")
+    code = current.get("weather_code")
+    sky = _WMO.get(code, f"weather code {code}") if isinstance(code, int) else f"weather code {code}"
     return (f"{where} at {current.get('time', 'now')} (local time): {sky}, {value('temperature_2m')} "
             f"(feels like {value('apparent_temperature')}), humidity {value('relative_humidity_2m')}, "
             f"wind {value('wind_speed_10m')}.")

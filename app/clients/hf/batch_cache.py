@@ -7,6 +7,8 @@ columns that have become padding in every row are cut off, so the batch is never
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
@@ -36,13 +38,13 @@ class BatchCache:
 
     def add(self, cache: DynamicCache) -> None:
         """Append a lone reply's cache (one row, no padding) as the batch's last row."""
-        length = cache.layers[0].keys.shape[-2]
-        mask = torch.ones((1, length), dtype=torch.bool, device=cache.layers[0].keys.device)
+        length = _layers(cache)[0].keys.shape[-2]
+        mask = torch.ones((1, length), dtype=torch.bool, device=_layers(cache)[0].keys.device)
         if self.cache is None or self.mask is None:
             self.cache, self.mask = cache, mask
             return
         target = max(self.length, length)
-        for mine, theirs in zip(self.cache.layers, cache.layers, strict=True):
+        for mine, theirs in zip(_layers(self.cache), _layers(cache), strict=True):
             mine.keys = torch.cat([_pad_left(mine.keys, target), _pad_left(theirs.keys, target)])
             mine.values = torch.cat([_pad_left(mine.values, target), _pad_left(theirs.values, target)])
         self.mask = torch.cat([_pad_left(self.mask, target), _pad_left(mask, target)])
@@ -58,7 +60,7 @@ class BatchCache:
         mask = self.mask.index_select(0, index)
         first = int(mask.any(dim=0).int().argmax())  # the first column some row still uses
         self.mask = mask[:, first:]
-        for layer in self.cache.layers:  # a model spread over several GPUs has its layers on several devices
+        for layer in _layers(self.cache):  # a model spread over several GPUs has its layers on several devices
             rows_here = index.to(layer.keys.device)
             layer.keys = layer.keys.index_select(0, rows_here)[..., first:, :]
             layer.values = layer.values.index_select(0, rows_here)[..., first:, :]
@@ -79,3 +81,9 @@ def _pad_left(tensor: torch.Tensor, length: int) -> torch.Tensor:
     shape = list(tensor.shape)
     shape[axis] = missing
     return torch.cat([tensor.new_zeros(shape), tensor], dim=axis)
+
+
+def _layers(cache: DynamicCache) -> list[Any]:
+    """The cache's layers, each with `keys` and `values` [rows, heads, positions, head_dim]: a plain cache's
+    (is_plain_cache), whose layers all hold both (transformers types them as a union with attention-free layers)."""
+    return list(cache.layers)

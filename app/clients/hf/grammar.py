@@ -56,7 +56,8 @@ class GrammarProcessor(LogitsProcessor):
         masked = scores if contiguous else scores.to("cpu" if device.type != "cuda" else device).contiguous()
         self._xgr.apply_token_bitmask_inplace(masked, self._bitmask.to(masked.device),
                                               vocab_size=min(self._vocab_size, masked.shape[-1]))
-        return masked if masked.device == device else masked.to(device)
+        result = masked if masked.device == device else masked.to(device)
+        return result  # type: ignore[return-value]  # float logits: transformers' FloatTensor annotation
 
 
 class ConstrainedDecoding:

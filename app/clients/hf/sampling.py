@@ -30,7 +30,8 @@ def torch_seed(seed: int) -> int:
     return seed % 2**64
 
 
-def answer_processors(params: GenerationParams, prompt_length: int, grammar: LogitsProcessorList) -> LogitsProcessorList:
+def answer_processors(params: GenerationParams, prompt_length: int,
+                      grammar: LogitsProcessorList) -> LogitsProcessorList:
     """The processors a reply's settings add to the model's own: its grammar, and its repetition penalty."""
     processors = LogitsProcessorList(grammar)
     if params.repetition_penalty != 1.0:
@@ -87,10 +88,10 @@ class TokenPicker:
                  suppress: Sequence[int], stop_token_ids: Sequence[int], device: torch.device) -> None:
         processors = answer_processors(params, prompt_length, grammar)
         if suppress:
-            processors.insert(0, SuppressTokensLogitsProcessor(list(suppress), device=device))
+            processors.insert(0, SuppressTokensLogitsProcessor(list(suppress), device=str(device)))
         if params.ignore_eos and stop_token_ids:
             processors.insert(0, MinNewTokensLengthLogitsProcessor(prompt_length, max_new_tokens, list(stop_token_ids),
-                                                                   device=device))
+                                                                   device=str(device)))
         self.params = params
         self.greedy = params.greedy
         self.processors = processors
@@ -105,9 +106,9 @@ class TokenPicker:
         """Greedy with nothing to process: the batch's argmax is this reply's token."""
         return self.greedy and not self.processors
 
-    def pick(self, token_ids: torch.LongTensor, logits: torch.FloatTensor) -> int:
+    def pick(self, token_ids: torch.Tensor, logits: torch.Tensor) -> int:
         """`token_ids`: [1, prompt + answer so far]; `logits`: [1, vocabulary], for the next token."""
-        scores = self.processors(token_ids, logits.float())
+        scores = self.processors(token_ids, logits.float())  # type: ignore[arg-type]  # FloatTensor is a Tensor
         if self.greedy:
             return int(scores.argmax(dim=-1))
         params = self.params

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.config import SandboxLimits
-from app.tools.sandbox.seccomp import SeccompUnavailable, filter_bpf, write_filter
 from app.tools.sandbox.cgroup import SandboxCgroup, cgroups_possible
+from app.tools.sandbox.seccomp import SeccompUnavailable, filter_bpf, write_filter
 
 # Inside the sandbox: where the kernel works, and where the two scripts that start it are mounted.
 SANDBOX_HOME = "/home/sandbox"
@@ -99,7 +99,7 @@ def _python_folders() -> list[str]:
     without folders that are already mounted as system folders."""
     folders = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
     folders.add(os.path.dirname(os.path.realpath(sys.executable)))
-    kept = []
+    kept: list[str] = []
     for folder in sorted(folders):
         if folder == "/" or any(folder == s or folder.startswith(s + "/") for s in _SYSTEM_FOLDERS):
             continue

@@ -1,5 +1,5 @@
-"""One Jupyter kernel per browser session: started lazily inside its sandbox (app/tools/sandbox/isolation.py), every output
-of a cell collected in order and capped as it arrives (app/tools/sandbox/output.py), a cell that runs too long
+"""One Jupyter kernel per browser session: started lazily inside its sandbox (app/tools/sandbox/isolation.py), every
+output of a cell collected in order and capped as it arrives (app/tools/sandbox/output.py), a cell that runs too long
 interrupted (so its output cannot leak into the next cell) and the processes it started ended, a dead kernel
 restarted. At most `max_live` sandboxes run in one process: the oldest idle one makes room, else the call is
 refused as busy. The kernel is reached over Unix sockets in the session's folder, never a TCP port."""
@@ -17,14 +17,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import zmq
+from jupyter_client.blocking import BlockingKernelClient
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 
 from app.config import SandboxLimits
 from app.tools.sandbox import isolation
-from app.tools.sandbox.output import CellOutput, CellResult, OutputCollector
-from app.tools.sandbox.isolation import SessionLayout
 from app.tools.sandbox.cgroup import SandboxCgroup
+from app.tools.sandbox.isolation import SessionLayout
+from app.tools.sandbox.output import CellOutput, CellResult, OutputCollector
 from app.tools.sandbox.processes import kill_cell_processes
 
 __all__ = ["CellOutput", "CellResult", "KernelSession", "SandboxBusy", "SandboxLimits"]
@@ -74,7 +75,7 @@ class KernelSession:
         self._manager: KernelManager | None = None
         self._context: zmq.Context | None = None
         self._cgroup: SandboxCgroup | None = None
-        self._client = None
+        self._client: BlockingKernelClient | None = None
         self._lock = threading.RLock()
         # bubblewrap dies with the thread that started it (PR_SET_PDEATHSIG follows threads, not processes), so
         # kernels are started from this session's own long-lived thread, never from a tool call's passing one.

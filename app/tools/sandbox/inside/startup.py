@@ -27,7 +27,7 @@ def _install_output_cap(shell, limit: int) -> None:
         return write_capped
 
     for stream in (sys.stdout, sys.stderr):
-        stream.write = capped(stream.write)
+        stream.write = capped(stream.write)  # type: ignore[method-assign]  # this process's own streams
 
     plain = shell.display_formatter.formatters["text/plain"]
     original = type(plain).__call__
@@ -66,7 +66,7 @@ def _install_upload_links(shell, uploads: str) -> None:
 
 
 # Functions only reach the modules they import themselves: the names defined here are deleted below.
-_shell = get_ipython()  # noqa: F821 (IPython runs this file in the kernel's namespace)
+_shell = get_ipython()  # type: ignore[name-defined]  # noqa: F821 (IPython runs this file in the kernel's namespace)
 _install_output_cap(_shell, int(__import__("os").environ.pop("DEMO_SANDBOX_OUTPUT_CHARS", "0") or 0) or 50_000)
 _install_upload_links(_shell, __import__("os").environ.pop("DEMO_SANDBOX_UPLOADS", ""))
 del _shell, _install_output_cap, _install_upload_links

@@ -1,5 +1,5 @@
-"""Starts bubblewrap for a kernel. Run as a script by the kernel spec (app/tools/sandbox/isolation.py builds it; never imported
-by the app): `python enter.py bwrap ARGS...`.
+"""Starts bubblewrap for a kernel. Run as a script by the kernel spec (app/tools/sandbox/isolation.py builds it; never
+imported by the app): `python enter.py bwrap ARGS...`.
 
 bubblewrap takes its seccomp filter as an open descriptor (`--seccomp FD`), and the kernel spec can only name files:
 every `--seccomp PATH` in the command line (the outer bubblewrap's, or the nested one's when the app runs as root)
