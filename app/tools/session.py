@@ -15,13 +15,13 @@ import weakref
 from pathlib import Path
 
 from app.config import SandboxLimits, sessions_dir
-from app.tools.sandbox import isolation
 from app.tools.browser import WebBrowser
 from app.tools.documents import DocumentError
 from app.tools.images import ImageAPI
-from app.tools.sandbox.kernel import KernelSession
 from app.tools.python import PythonTool
 from app.tools.registry import ToolRegistry
+from app.tools.sandbox import isolation
+from app.tools.sandbox.kernel import KernelSession
 
 _MAX_NAME_CHARS = 100
 _UNSAFE_NAME_CHARACTERS = re.compile(r"[^\w .()+,=@-]")
