@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import closing
 from dataclasses import dataclass, replace
 
@@ -83,8 +83,10 @@ class TurnDone:
     message: Message  # the last assistant message of the turn
 
 
-Event = (TextDelta | ThinkingDelta | Notice | Waiting | ToolCallWriting | ToolCallStarted | ToolCallFinished | AnswerDone | TurnError
-         | TurnDone)
+# Everything a turn yields. A UI matches on it exhaustively (app/ui/live_turn.py), so a new event type is a type
+# error there until it is drawn.
+TurnEvent = (TextDelta | ThinkingDelta | Waiting | ToolCallWriting | Notice | AnswerDone | ToolCallStarted
+             | ToolCallFinished | TurnError | TurnDone)
 
 
 @dataclass(frozen=True)
@@ -113,7 +115,7 @@ def run_turn(
     cancel: threading.Event | None = None,
     tools: ToolSettings | None = None,
     images: ImagePolicy | None = None,
-) -> Iterator[Event]:
+) -> Generator[TurnEvent, None, None]:
     """Answer the conversation's last message, calling tools as the model asks; record everything in it.
     `images`: which pictures the prompts show (capped at what the client takes; tool images only to a model that
     may see them)."""
@@ -143,7 +145,7 @@ def _generate(
     cancel: threading.Event,
     request: ToolRequest | None,
     images: ImagePolicy,
-) -> Iterator[Event]:
+) -> Generator[TurnEvent, None, Message]:
     """One generation, streamed; returns the assistant message it appended."""
     answer = Message(role="assistant", metrics=AnswerMetrics())
     parts: list[str] = []
@@ -195,13 +197,14 @@ def _image_policy(client: Client, wanted: ImagePolicy) -> ImagePolicy:
     capabilities = client.capabilities
     limit = capabilities.max_images
     sees = capabilities.vision is not False
+    max_images = limit if wanted.max_images is None else min(limit or wanted.max_images, wanted.max_images)
     return replace(wanted, see_earlier=wanted.see_earlier and sees, tool_images=wanted.tool_images and sees,
-                   max_images=limit if wanted.max_images is None else min(limit or wanted.max_images, wanted.max_images))
+                   max_images=max_images)
 
 
 def _run_tool(
     registry: ToolRegistry, conversation: Conversation, call: ToolCall, cancel: threading.Event
-) -> Iterator[Event]:
+) -> Generator[TurnEvent, None, Message]:
     """Run one call, beating while it runs; returns the tool message it appended (also when stopped)."""
     message = Message(role="tool", tool_call_id=call.id, name=call.name)
     running = registry.start(call.name, call.arguments)

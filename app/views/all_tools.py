@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import streamlit as st
 
+from app.attachments import ATTACHMENT_TYPES
 from app.tools import load_tools
 from app.tools.sandbox import isolation
 from app.ui import sidebar, state, tool_settings
-from app.ui.chat_view import ATTACHMENT_TYPES, answer_if_asked, render_history, show_model
+from app.ui.chat_page import answer_if_asked, show_model
 from app.ui.client_cache import load_client
+from app.ui.messages import render_history
 from app.ui.safe_markdown import safe_markdown
 from app.ui.session_tools import session_tools
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import streamlit as st
 
+from app.attachments import ATTACHMENT_TYPES
 from app.ui import sidebar, state
-from app.ui.chat_view import ATTACHMENT_TYPES, answer_if_asked, render_history, show_model
+from app.ui.chat_page import answer_if_asked, show_model
 from app.ui.client_cache import load_client
+from app.ui.messages import render_history
 
 PAGE = "chat"
 

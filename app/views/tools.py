@@ -5,8 +5,9 @@ from __future__ import annotations
 import streamlit as st
 
 from app.ui import sidebar, state, tool_settings
-from app.ui.chat_view import answer_if_asked, render_history, show_model
+from app.ui.chat_page import answer_if_asked, show_model
 from app.ui.client_cache import load_client
+from app.ui.messages import render_history
 
 PAGE = "tools"
 

@@ -1,0 +1,145 @@
+"""Drawing a stored conversation: message bubbles, tool-call cards with their results, pictures, the metrics line
+and the collapsed thought. The live turn (app/ui/live_turn.py) draws with the same pieces, so a finished answer
+looks the same while it streams and after the next rerun."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Literal
+
+import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
+
+from app.conversation import Conversation, Message, ToolCall
+from app.tools.browser import cited_sources
+from app.ui import persistence
+from app.ui.safe_markdown import safe_label, safe_markdown
+
+THOUGHT_ICON = ":material/psychology:"
+
+
+@persistence.shown_safely  # a stored conversation that cannot be drawn says why instead of stopping the page
+def render_history(conversation: Conversation, transform: Callable[[str], str] | None = None) -> None:
+    """User messages in their own bubbles; everything the assistant did for one question (answers, tool calls and
+    their results) in one assistant bubble."""
+    results = {m.tool_call_id: m for m in conversation.messages if m.role == "tool"}
+    bubble = None
+    turn_results: list[Message] = []
+    for message in conversation.messages:
+        if message.role in ("user", "system"):
+            _sources(bubble, turn_results)
+            bubble, turn_results = None, []
+            render_message(message)
+        elif message.role == "assistant":
+            bubble = bubble or st.chat_message("assistant")
+            with bubble:
+                _render_answer(message, results, transform)
+        elif message.role == "tool":
+            turn_results.append(message)
+    _sources(bubble, turn_results)
+
+
+def _sources(bubble: DeltaGenerator | None, tool_results: list[Message]) -> None:
+    """Under an answer: links to the web pages its tools read (numbered as the model was told to cite them)."""
+    found = cited_sources("\n".join(m.content for m in tool_results))
+    if bubble is not None and found:
+        with bubble:
+            links = " · ".join(f"[[{n}] {title}]({url})" for n, title, url in found)
+            st.caption(safe_markdown("Sources: " + links))
+
+
+def render_message(message: Message) -> None:
+    """One message in its own bubble, its pictures above its text."""
+    with st.chat_message(message.role):
+        if message.images:
+            columns = st.columns(min(len(message.images), 4))
+            for index, image in enumerate(message.images):
+                columns[index % len(columns)].image(image.data, caption=safe_markdown(image.name), width="content")
+        _render_answer(message, {})
+
+
+def _render_answer(
+    message: Message, results: dict[str | None, Message], transform: Callable[[str], str] | None = None
+) -> None:
+    if message.thinking:
+        with st.expander(thought_label(message), icon=THOUGHT_ICON):
+            st.markdown(safe_markdown(message.thinking))
+    if message.content:
+        content = transform(message.content) if transform and message.role == "assistant" else message.content
+        st.markdown(safe_markdown(content))
+    for document in (a for a in message.attachments if a.kind == "document"):
+        if not document.text:
+            st.warning(safe_markdown(f"{document.name}: {document.note}"), icon=":material/warning:")
+            continue
+        note = f" · {document.note}" if document.note else ""
+        label = f":material/description: {document.name} ({len(document.text):,} characters{note})"
+        with st.expander(safe_label(label)):
+            st.text(document.text)
+    if message.error:
+        st.error(safe_markdown(message.error), icon=":material/error:")
+    # Same order as while streaming: the generation's metrics, then the cards of the calls it made.
+    if message.metrics is not None and message.role == "assistant" and not message.error:
+        metrics_caption(message)
+    for call in message.tool_calls:
+        result = results.get(call.id)
+        with st.status(card_label(call, result), state=card_state(result), expanded=False):
+            arguments(call)
+            if result is not None:
+                result_body(result)
+        tool_images(result)
+
+
+def card_label(call: ToolCall, result: Message | None) -> str:
+    """A finished call's card title: the tool, how long it ran and how it ended."""
+    if result is None:
+        return safe_label(f"{call.name} · no result")
+    took = f" · {result.duration_s:.2f} s" if result.duration_s is not None else ""
+    outcome = {"stopped": " · stopped", "failed": " · failed"}.get(result.tool_status or "", "")
+    return safe_label(f"{call.name}{took}{outcome}")
+
+
+def card_state(result: Message | None) -> Literal["complete", "error"]:
+    return "complete" if result is not None and result.tool_status == "ok" else "error"
+
+
+def arguments(call: ToolCall) -> None:
+    """A call's arguments, in its card."""
+    st.caption("Arguments")
+    code = call.arguments.get("code")
+    if list(call.arguments) == ["code"] and isinstance(code, str):
+        st.code(code, language="python", wrap_lines=True)  # a code tool: show the program, not escaped JSON
+    else:
+        st.code(json.dumps(call.arguments, indent=2, ensure_ascii=False), language="json", wrap_lines=True)
+
+
+def result_body(result: Message) -> None:
+    """A call's result, in its card: the full output when the model read a shortened one."""
+    st.caption("Result")
+    st.code(result.display_text or result.content, language="text", wrap_lines=True)
+
+
+def tool_images(message: Message | None) -> None:
+    """Plots and generated pictures go in the chat itself, under their card."""
+    for attachment in message.attachments if message is not None else []:
+        if attachment.kind == "image":
+            st.image(attachment.data, caption=safe_markdown(attachment.name) or None)
+
+
+def thought_label(message: Message) -> str:
+    """"Thought for 3.2 s · 120 tokens": the collapsed thinking section's title."""
+    metrics = message.metrics
+    parts = [f"Thought for {metrics.thinking_time_s:.1f} s" if metrics and metrics.thinking_time_s else "Thought"]
+    if metrics and metrics.thinking_tokens:
+        parts.append(f"{metrics.thinking_tokens} tokens")
+    return " · ".join(parts)
+
+
+def metrics_caption(message: Message) -> None:
+    """An answer's metrics line (tokens, speed, prompt size), marked when the user stopped it."""
+    assert message.metrics is not None
+    summary = safe_markdown(message.metrics.summary())  # an imported conversation's metrics are not ours
+    if message.stopped:
+        st.caption(f":orange[Stopped] · {summary}")
+    else:
+        st.caption(summary)
