@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 import tempfile
+import types
 from pathlib import Path
 
 import pytest
@@ -17,17 +19,52 @@ os.environ.setdefault("DEMO_DATABASE_URL", f"sqlite:///{tempfile.mkdtemp(prefix=
 from tests.tiny_model import build_tiny_model  # noqa: E402  (after the offline settings above)
 from tests.tiny_vlm import build_tiny_vlm  # noqa: E402
 
-
-# ----- what runs where: vLLM tests are marked, and CI lets nothing else skip -----------------------------------
+# ----- what runs where: markers from the fixtures a test uses, and CI lets nothing else skip -------------------
+# `item.fixturenames` holds every fixture a test needs, also those it gets through other fixtures (app_url needs
+# smollm2_dir and browser), so a fixture named here marks every test built on it.
 
 VLLM_FIXTURES = {"vllm_tiny", "vllm_smol", "vllm_server", "vllm_vlm", "vllm_thinker"}
+BROWSER_FIXTURES = {"browser"}
+# Real models: the tiny ones built in code (random weights, real tokenizers and templates), SmolLM2, vLLM's engines,
+# and a newcomer's clone, whose app loads SmolLM2. Fixtures of test modules that build a model themselves are named
+# too, as are the functions that build one, for a test that calls them directly.
+MODEL_FIXTURES = {"tiny_model_dir", "tiny_vlm_dir", "tiny_client", "tiny_vlm_client", "smollm2_dir", "smol_client",
+                  "family_client", "thinker_dir", "newcomer", *VLLM_FIXTURES}
+MODEL_BUILDERS = {"build_tiny_model", "build_scripted_model", "build_tiny_vlm", "ensure_embedded_model"}
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test using a vLLM fixture is a `vllm` test (`make test-vllm` runs just those)."""
+def _names_used(item: pytest.Item) -> set[str]:
+    """The global and attribute names a test function's code uses (nested functions and comprehensions too)."""
+    function = getattr(item, "function", None)
+    code = getattr(inspect.unwrap(function), "__code__", None) if function is not None else None
+    names: set[str] = set()
+    pending = [code] if code is not None else []
+    while pending:
+        code = pending.pop()
+        names.update(code.co_names)
+        pending.extend(const for const in code.co_consts if isinstance(const, types.CodeType))
+    return names
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark tests by what they use: `vllm` (a vLLM fixture; `make test-vllm` runs just those), `browser` (Chromium),
+    `model` (a real model), so that `-m "not browser"` or `-m "not model"` picks a quick subset.
+
+    A `-m` of one's own replaces pytest.ini's `-m "not newcomer"`, so the newcomer tests (minutes: a clone and a
+    second set-up) run only when the expression names them (`make test-newcomer`); `make test` is unchanged."""
     for item in items:
-        if VLLM_FIXTURES & set(getattr(item, "fixturenames", ())):
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if VLLM_FIXTURES & fixtures:
             item.add_marker(pytest.mark.vllm)
+        if BROWSER_FIXTURES & fixtures:
+            item.add_marker(pytest.mark.browser)
+        if MODEL_FIXTURES & fixtures or MODEL_BUILDERS & _names_used(item):
+            item.add_marker(pytest.mark.model)
+    if "newcomer" not in (config.getoption("markexpr", "") or ""):
+        newcomer = [item for item in items if item.get_closest_marker("newcomer")]
+        if newcomer:
+            items[:] = [item for item in items if not item.get_closest_marker("newcomer")]
+            config.hook.pytest_deselected(items=newcomer)
 
 
 _unexpected_skips: list[str] = []

@@ -26,7 +26,8 @@ def test_openai_round_trip_keeps_every_role_and_tool_call():
 
 
 def test_text_content_parts_are_joined_and_unusable_parts_refused():
-    message = Message.from_openai({"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]})
+    parts = [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]
+    message = Message.from_openai({"role": "user", "content": parts})
     assert message.content == "ab"
     with pytest.raises(ValueError, match="must be a data: URL"):
         Message.from_openai({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]})

@@ -1,5 +1,6 @@
 """Tool calling through the HF client and the agent's tool loop: tiny models of three template families for
-every path, the real SmolLM2 for behaviour."""
+every path of the client, a scripted client (tests/fake_client.py) for the loop's logic, the real SmolLM2 for
+behaviour."""
 
 from __future__ import annotations
 
@@ -10,16 +11,25 @@ from contextlib import closing
 
 import pytest
 
-from app.chat_format import process_input
-from app.agent import (AnswerDone, TextDelta, ToolCallFinished, ToolCallStarted, ToolSettings, TurnDone, TurnError,
-                       ToolCallWriting, Waiting, run_turn)
-from app.clients.base import GenerationParams, ToolRequest
+from app.agent import (
+    AnswerDone,
+    ToolCallFinished,
+    ToolCallStarted,
+    ToolCallWriting,
+    ToolSettings,
+    TurnDone,
+    TurnError,
+    Waiting,
+    run_turn,
+)
+from app.clients.base import Delta, GenerationParams, ToolRequest
 from app.clients.hf.client import HFClient
 from app.config import ModelSettings
-from app.conversation import Conversation, Message
+from app.conversation import CallFragment, Conversation, Message, ToolCall
 from app.dialects.constraint import call_ebnf
 from app.tools import load_tools
 from app.tools.registry import ToolError, ToolRegistry
+from tests.fake_client import ScriptedClient, call_reply, text_reply
 from tests.helpers import collect
 from tests.tiny_model import build_tiny_model
 
@@ -59,13 +69,14 @@ def test_the_prompt_shows_tools_past_calls_and_results(tiny_client):
             "name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
         {"role": "tool", "tool_call_id": "c1", "name": "get_weather", "content": "sunny, 21°C"},
     ]
-    with_tools = tiny_client.tokenizer.decode(tiny_client.template.render(history, ToolRequest(SCHEMAS, "auto")).token_ids)
+    render = tiny_client.template.render
+    with_tools = tiny_client.tokenizer.decode(render(history, ToolRequest(SCHEMAS, "auto")).token_ids)
     assert '"name": "get_weather"' in with_tools and "Get the current weather" in with_tools
     assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>' in with_tools
     assert "<tool_response>\nsunny, 21°C\n</tool_response>" in with_tools
-    without = tiny_client.tokenizer.decode(tiny_client.template.render(history, ToolRequest(SCHEMAS, "none")).token_ids)
+    without = tiny_client.tokenizer.decode(render(history, ToolRequest(SCHEMAS, "none")).token_ids)
     assert "Get the current weather" not in without and "sunny, 21°C" in without
-    assert len(tiny_client.template.render(ASK, ToolRequest(SCHEMAS)).token_ids) > len(tiny_client.template.render(ASK).token_ids) + 500
+    assert len(render(ASK, ToolRequest(SCHEMAS)).token_ids) > len(render(ASK).token_ids) + 500
 
 
 def test_an_unfinished_forced_call_ends_with_length_and_the_app_says_what_to_change(tiny_client):
@@ -98,29 +109,62 @@ def test_the_call_grammar_is_portable_ebnf():
     assert text.startswith("root ::=") and '\\"get_weather\\"' in text and "[0-9]*" not in text
 
 
-# ----- the tool loop --------------------------------------------------------------------------------------------
+# ----- the tool loop, on a scripted client (tests/fake_client.py): the loop's logic, whatever a model would write -----
 
-def test_the_loop_calls_the_tool_then_answers(tiny_client):
+PARAMS = GenerationParams(temperature=0.0, max_new_tokens=200)
+
+
+def kinds(events, skip=(Waiting,)) -> list[str]:
+    """The events' types; Waiting beats (as many as a tool takes time) left out."""
+    return [type(e).__name__ for e in events if not isinstance(e, skip)]
+
+
+def test_the_loop_calls_the_tool_then_answers():
+    call = ToolCall("calculator", {"expression": "6 * 7"})
+    client = ScriptedClient([call_reply(call), text_reply("6 * 7 is ", "42.")])
     conversation = Conversation([Message("user", "What is 6 * 7?")])
     tools = ToolSettings(registry.subset(["calculator"]), choice="calculator", max_rounds=2)
-    events = list(run_turn(tiny_client, conversation, GenerationParams(temperature=0.0, max_new_tokens=200),
-                           tools=tools))
-    kinds = [type(e).__name__ for e in events if not isinstance(e, (TextDelta, Waiting, ToolCallWriting))]
-    assert kinds[:3] == ["AnswerDone", "ToolCallStarted", "ToolCallFinished"] and kinds[-2:] == ["AnswerDone", "TurnDone"]
-    roles = [m.role for m in conversation.messages]
-    assert roles == ["user", "assistant", "tool", "assistant"]
-    call = conversation.messages[1].tool_calls[0]
-    assert conversation.messages[1].metrics.finish_reason == "tool_calls"
-    assert conversation.messages[2].tool_call_id == call.id and conversation.messages[2].duration_s is not None
-    # the last allowed round answers in words: no tools offered, so no second call
-    assert conversation.messages[3].tool_calls == []
+    events = list(run_turn(client, conversation, PARAMS, tools=tools))
+    assert kinds(events) == ["ToolCallWriting", "ToolCallWriting", "AnswerDone", "ToolCallStarted", "ToolCallFinished",
+                             "TextDelta", "TextDelta", "AnswerDone", "TurnDone"]
+    started = next(e for e in events if isinstance(e, ToolCallStarted))
+    finished = next(e for e in events if isinstance(e, ToolCallFinished))
+    assert started.call is call and finished.call is call and finished.result.ok
+    assert [m.role for m in conversation.messages] == ["user", "assistant", "tool", "assistant"]
+    asked, tool, answer = conversation.messages[1:]
+    assert asked.tool_calls == [call] and asked.metrics.finish_reason == "tool_calls"
+    assert finished.message is tool and tool.tool_call_id == call.id and tool.tool_status == "ok"
+    assert tool.content == "6 * 7 = 42" and tool.duration_s is not None
+    assert answer.content == "6 * 7 is 42." and events[-1].message is answer
+    # What the model was asked: the forced call first; then, the last allowed round, no tools and the result.
+    first, second = client.requests
+    assert (first.tool_choice, first.offered_tools, first.roles) == ("calculator", ["calculator"], ["user"])
+    assert (second.tool_choice, second.offered_tools) == ("none", [])
+    assert second.roles == ["user", "assistant", "tool"]
+    assert second.messages[1]["tool_calls"] == [call.to_openai()]
+    assert second.messages[2] == {"role": "tool", "content": "6 * 7 = 42", "tool_call_id": call.id,
+                                  "name": "calculator"}
 
 
-def test_a_failing_tool_becomes_an_observation_and_the_loop_goes_on(tiny_client):
+def test_a_forced_choice_holds_for_the_first_round_only_and_the_last_round_answers_in_words():
+    client = ScriptedClient([call_reply(ToolCall("calculator", {"expression": "2 ** 10"})),
+                             call_reply(ToolCall("calculator", {"expression": "1024 / 4"})),
+                             text_reply("256.")])
+    conversation = Conversation([Message("user", "A quarter of 2 ** 10?")])
+    tools = ToolSettings(registry.subset(["calculator"]), choice="required", max_rounds=3)
+    events = list(run_turn(client, conversation, PARAMS, tools=tools))
+    assert [r.tool_choice for r in client.requests] == ["required", "auto", "none"]
+    assert [m.role for m in conversation.messages] == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
+    assert [m.content for m in conversation.messages if m.role == "tool"] == ["2 ** 10 = 1024", "1024 / 4 = 256"]
+    assert sum(isinstance(e, AnswerDone) for e in events) == 3 and events[-1].message.content == "256."
+    assert client.requests[2].roles == ["user", "assistant", "tool", "assistant", "tool"]
+
+
+def test_a_failing_tool_becomes_an_observation_and_the_loop_goes_on():
     local = ToolRegistry()
 
     def picky(n: int) -> str:
-        """Refuse every number (the random model may write any).
+        """Refuse every number.
 
         Args:
             n: A number.
@@ -128,19 +172,95 @@ def test_a_failing_tool_becomes_an_observation_and_the_loop_goes_on(tiny_client)
         raise ToolError(f"{n} is not the number I think of.")
 
     local.register(picky)
+    client = ScriptedClient([call_reply(ToolCall("picky", {"n": 7})), text_reply("Then I give up.")])
     conversation = Conversation([Message("user", "Try a number")])
-    list(run_turn(tiny_client, conversation, GenerationParams(temperature=0.0, max_new_tokens=300),
-                  tools=ToolSettings(local, choice="picky", max_rounds=2)))
+    events = list(run_turn(client, conversation, PARAMS, tools=ToolSettings(local, choice="picky", max_rounds=2)))
     assert [m.role for m in conversation.messages] == ["user", "assistant", "tool", "assistant"]
+    finished = next(e for e in events if isinstance(e, ToolCallFinished))
     observation = conversation.messages[2]
-    n = conversation.messages[1].tool_calls[0].arguments["n"]
-    assert isinstance(n, int)
-    assert observation.tool_status == "failed" and observation.content == f"Error: {n} is not the number I think of."
-    prompt = tiny_client.tokenizer.decode(tiny_client.template.render(process_input(conversation)).token_ids)
-    assert observation.content in prompt  # the model reads the error in the next round
+    assert not finished.result.ok and finished.message is observation
+    assert observation.tool_status == "failed" and observation.content == "Error: 7 is not the number I think of."
+    assert client.requests[1].messages[-1]["content"] == observation.content  # the model reads the error next round
+    assert isinstance(events[-1], TurnDone) and events[-1].message.content == "Then I give up."
 
 
-def test_stop_during_a_tool_call_keeps_what_happened(tiny_client):
+def test_calls_the_registry_cannot_run_are_error_observations_in_the_order_of_the_calls():
+    unknown = ToolCall("launch_rocket", {"target": "moon"})
+    wrong = ToolCall("calculator", {"formula": "1 + 1"})
+    right = ToolCall("calculator", {"expression": "1 + 1"})
+    client = ScriptedClient([call_reply(unknown, wrong, right, text="Let me try three things."), text_reply("2.")])
+    conversation = Conversation([Message("user", "1 + 1?")])
+    events = list(run_turn(client, conversation, PARAMS, tools=ToolSettings(registry.subset(["calculator"]))))
+    assert [e.call for e in events if isinstance(e, ToolCallStarted)] == [unknown, wrong, right]
+    observations = conversation.messages[2:5]
+    assert [m.tool_call_id for m in observations] == [unknown.id, wrong.id, right.id]
+    assert [m.tool_status for m in observations] == ["failed", "failed", "ok"]
+    assert observations[0].content.startswith("Error: there is no tool named 'launch_rocket'.")
+    assert observations[1].content.startswith("Error:") and observations[2].content == "1 + 1 = 2"
+    assert conversation.messages[1].content == "Let me try three things."
+    assert client.requests[1].roles == ["user", "assistant", "tool", "tool", "tool"]
+
+
+def test_the_agent_shows_calls_while_they_are_written():
+    calls = [ToolCall("calculator", {"expression": "3 * 4"}, id="call_a"),
+             ToolCall("convert_units", {"value": 12, "from_unit": "km", "to_unit": "mi"}, id="call_b")]
+    client = ScriptedClient([[
+        Delta(call_fragments=[CallFragment(0, id="call_a", name="calculator")]),
+        Delta(call_fragments=[CallFragment(0, '{"expression": '), CallFragment(1, id="call_b", name="convert_units")]),
+        Delta(call_fragments=[CallFragment(0, '"3 * 4"}'), CallFragment(1, '{"value": 12, "from_unit": "km", ')]),
+        Delta(call_fragments=[CallFragment(1, '"to_unit": "mi"}')]),
+        Delta(finish_reason="tool_calls", tool_calls=calls),
+    ], text_reply("Done.")])
+    tools = ToolSettings(registry.subset(["calculator", "convert_units"]), max_rounds=2)
+    events = list(run_turn(client, Conversation([Message("user", "3 * 4 km in miles?")]), PARAMS, tools=tools))
+    writing = [(e.index, e.name, e.arguments) for e in events if isinstance(e, ToolCallWriting)]
+    assert writing == [  # a call's name always on its own first, then its arguments as they grow
+        (0, "calculator", ""),
+        (1, "convert_units", ""),
+        (0, "calculator", '{"expression": '),
+        (0, "calculator", '{"expression": "3 * 4"}'),
+        (1, "convert_units", '{"value": 12, "from_unit": "km", '),
+        (1, "convert_units", '{"value": 12, "from_unit": "km", "to_unit": "mi"}'),
+    ]
+    last_writing = max(i for i, e in enumerate(events) if isinstance(e, ToolCallWriting))
+    assert last_writing < min(i for i, e in enumerate(events) if isinstance(e, ToolCallStarted))
+
+
+def test_a_forced_call_cut_by_the_token_limit_is_an_error_that_says_what_to_change():
+    cut = [Delta(call_fragments=[CallFragment(0, id="c", name="calculator")]),
+           Delta(call_fragments=[CallFragment(0, '{"expr')]), Delta(finish_reason="length")]
+    client = ScriptedClient([cut, list(cut)])
+    conversation = Conversation([Message("user", "6 * 7?")])
+    forced = ToolSettings(registry.subset(["calculator"]), choice="calculator")
+    events = list(run_turn(client, conversation, GenerationParams(max_new_tokens=2), tools=forced))
+    assert kinds(events) == ["ToolCallWriting", "ToolCallWriting", "TurnError", "AnswerDone", "TurnDone"]
+    assert events[2].message == ("The model did not finish the tool call within 2 new tokens. Raise 'Max new tokens' "
+                                 "and try again.")
+    assert conversation.messages[-1].error == events[2].message
+    # Not forced, a reply cut so is just a reply cut short: no error, no call.
+    conversation.add(Message("user", "6 * 7?"))
+    unforced = ToolSettings(forced.registry)
+    events = list(run_turn(client, conversation, GenerationParams(max_new_tokens=2), tools=unforced))
+    assert kinds(events) == ["ToolCallWriting", "ToolCallWriting", "AnswerDone", "TurnDone"]
+    assert conversation.messages[-1].error is None and conversation.messages[-1].metrics.finish_reason == "length"
+
+
+def test_stop_while_the_model_writes_a_call_runs_no_tool():
+    client = ScriptedClient([call_reply(ToolCall("calculator", {"expression": "1 + 1"}))])
+    conversation = Conversation([Message("user", "1 + 1?")])
+    cancel = threading.Event()
+    events = []
+    tools = ToolSettings(registry.subset(["calculator"]))
+    for event in run_turn(client, conversation, PARAMS, cancel=cancel, tools=tools):
+        events.append(event)
+        if isinstance(event, ToolCallWriting):
+            cancel.set()
+    assert kinds(events) == ["ToolCallWriting", "AnswerDone", "TurnDone"]
+    assert conversation.messages[-1].stopped and conversation.messages[-1].tool_calls == []
+    assert len(client.requests) == 1
+
+
+def test_stop_during_a_tool_call_keeps_what_happened():
     local = ToolRegistry()
 
     def slow_lookup(query: str) -> str:
@@ -153,21 +273,22 @@ def test_stop_during_a_tool_call_keeps_what_happened(tiny_client):
         return "late"
 
     local.register(slow_lookup, timeout_s=60)
+    client = ScriptedClient([call_reply(ToolCall("slow_lookup", {"query": "the answer"}))])
     conversation = Conversation([Message("user", "Look it up")])
     started = time.perf_counter()
-    events = run_turn(tiny_client, conversation, GenerationParams(temperature=0.0, max_new_tokens=100),
-                      tools=ToolSettings(local, choice="slow_lookup"))
+    events = run_turn(client, conversation, PARAMS, tools=ToolSettings(local, choice="slow_lookup"))
     with closing(events):
         for event in events:
             if isinstance(event, ToolCallStarted):
-                next(events)  # one heartbeat while the tool runs, then the user presses Stop
+                assert isinstance(next(events), Waiting)  # one heartbeat while the tool runs, then Stop
                 break
     assert time.perf_counter() - started < 15
     assert [m.role for m in conversation.messages] == ["user", "assistant", "tool"]
     assert conversation.messages[2].tool_status == "stopped" and "stopped" in conversation.messages[2].content
+    assert len(client.requests) == 1 and not client.requests[0].closed_early  # the reply itself had ended
 
 
-def test_a_cancel_event_stops_a_running_tool(tiny_client):
+def test_a_cancel_event_stops_a_running_tool():
     local = ToolRegistry()
 
     def sleepy(label: str) -> str:
@@ -180,16 +301,19 @@ def test_a_cancel_event_stops_a_running_tool(tiny_client):
         return "woke"
 
     local.register(sleepy, timeout_s=60)
+    client = ScriptedClient([call_reply(ToolCall("sleepy", {"label": "siesta"}))])
     cancel = threading.Event()
     conversation = Conversation([Message("user", "Sleep")])
     events = []
-    for event in run_turn(tiny_client, conversation, GenerationParams(temperature=0.0, max_new_tokens=100),
-                          cancel=cancel, tools=ToolSettings(local, choice="sleepy")):
+    started = time.perf_counter()
+    for event in run_turn(client, conversation, PARAMS, cancel=cancel, tools=ToolSettings(local, choice="sleepy")):
         events.append(event)
         if isinstance(event, ToolCallStarted):
             cancel.set()
+    assert time.perf_counter() - started < 15
     finished = [e for e in events if isinstance(e, ToolCallFinished)]
     assert finished and finished[0].message.tool_status == "stopped" and isinstance(events[-1], TurnDone)
+    assert len(client.requests) == 1  # no round after a stopped tool
 
 
 # ----- the real SmolLM2 ----------------------------------------------------------------------------------------
@@ -225,7 +349,8 @@ def test_smollm2_required_call_is_valid(smol_client):
     assert json.loads(json.dumps(call.arguments)) == call.arguments
 
 
-def test_the_agent_shows_a_forced_call_while_it_is_written(tiny_client):
+def test_the_agent_shows_a_forced_call_while_the_real_client_writes_it(tiny_client):
+    """On a model: that the HF client streams a call piece by piece (the scripted test above shows the agent's part)."""
     conversation = Conversation([Message("user", "Weather in Paris?")])
     tools = ToolSettings(registry.subset(["get_weather"]), choice="get_weather", max_rounds=2)
     events = list(run_turn(tiny_client, conversation, GenerationParams(temperature=0.0, max_new_tokens=200),
@@ -234,6 +359,7 @@ def test_the_agent_shows_a_forced_call_while_it_is_written(tiny_client):
     call = conversation.messages[1].tool_calls[0]
     assert len(writing) >= 2 and writing[0].arguments == ""  # the name first, then the arguments
     assert all(w.name == "get_weather" and w.index == 0 for w in writing)
-    assert all(a.arguments == b.arguments[: len(a.arguments)] for a, b in zip(writing, writing[1:]))  # it grows
+    growing = zip(writing, writing[1:], strict=False)
+    assert all(a.arguments == b.arguments[: len(a.arguments)] for a, b in growing)  # it grows
     assert json.loads(writing[-1].arguments) == call.arguments
     assert events.index(writing[-1]) < next(i for i, e in enumerate(events) if isinstance(e, ToolCallStarted))
