@@ -22,7 +22,7 @@ import copy
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -141,7 +141,7 @@ class ScriptedClient:
         cancel: threading.Event,
         tools: ToolRequest | None = None,
         response_format: ResponseFormat | None = None,
-    ) -> Iterator[Delta]:
+    ) -> Generator[Delta, None, None]:
         _check_arguments(messages, params, cancel, tools, response_format)
         if self.closed:
             raise ScriptError("stream() was called on a client that was closed")

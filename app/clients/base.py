@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -168,7 +168,7 @@ class Client(Protocol):
         cancel: threading.Event,
         tools: ToolRequest | None = None,
         response_format: ResponseFormat | None = None,
-    ) -> Iterator[Delta]:
+    ) -> Generator[Delta, None, None]:
         """Stream an answer to OpenAI-format `messages`; stop soon after `cancel` is set or the iterator closes.
 
         Text deltas never contain tool-call text. The last delta has the finish reason: "stop", "length" (cut at

@@ -10,7 +10,7 @@ import re
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -356,7 +356,7 @@ class LocalTemplateClient(ABC):
         cancel: threading.Event,
         tools: ToolRequest | None = None,
         response_format: ResponseFormat | None = None,
-    ) -> Iterator[Delta]:
+    ) -> Generator[Delta, None, None]:
         started = time.perf_counter()
         prompt = self.template.prepare(messages, params, tools, response_format)
         metrics = AnswerMetrics(prompt_tokens=len(prompt.token_ids), dropped_messages=prompt.dropped_messages)

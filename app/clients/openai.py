@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import Any
 
 import httpx
@@ -137,7 +137,7 @@ class OpenAIClient:
         cancel: threading.Event,
         tools: ToolRequest | None = None,
         response_format: ResponseFormat | None = None,
-    ) -> Iterator[Delta]:
+    ) -> Generator[Delta, None, None]:
         started = time.perf_counter()
         request = self._request(messages, params, tools, response_format)
         # The server cuts stop strings and parses calls; the processor puts the streamed calls together. A server

@@ -15,7 +15,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -92,7 +92,7 @@ def stream_engine(
     metrics: AnswerMetrics,
     to_client_error: Callable[[BaseException], ClientError],
     started: float | None = None,
-) -> Iterator[Delta]:
+) -> Generator[Delta, None, None]:
     """Stream one reply: start `engine`, turn its outputs into deltas through `processor`, end with a delta that
     carries the finish reason and the tool calls. `metrics` is updated as tokens arrive (prompt tokens and dropped
     messages are the caller's to fill in; time to first token counts from `started`, default now). An engine

@@ -7,6 +7,8 @@ also a `value=`), which is what lets this module set them before they are drawn.
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import streamlit as st
 
 from app.generation_defaults import SAMPLING_FIELDS, GenerationDefaults
@@ -15,6 +17,15 @@ from app.ui.safe_markdown import safe_markdown
 _APPLIED_KEY = "_sampling_defaults_applied"  # the defaults the sliders were last derived from
 # The widgets' ranges; a model default outside one is clamped into it (Streamlit refuses such a value).
 _RANGES = {"temperature": (0.0, 2.0), "top_p": (0.05, 1.0), "top_k": (0, 500), "repetition_penalty": (1.0, 2.0)}
+
+
+class SamplingValues(TypedDict):
+    """The sliders' values, as GenerationParams takes them."""
+
+    temperature: float
+    top_p: float
+    top_k: int
+    repetition_penalty: float
 
 
 def _in_range(name: str, value: float | int) -> float | int:
@@ -39,7 +50,7 @@ def _reset(defaults: GenerationDefaults) -> None:
     st.session_state[_APPLIED_KEY] = dict(defaults.values)
 
 
-def render(defaults: GenerationDefaults) -> dict[str, float | int]:
+def render(defaults: GenerationDefaults) -> SamplingValues:
     """Draw the sliders; return the values in use."""
     _derive(defaults)
     temperature = st.slider("Temperature", *_RANGES["temperature"], step=0.05, key="temperature",
@@ -48,10 +59,10 @@ def render(defaults: GenerationDefaults) -> dict[str, float | int]:
     top_k = st.number_input("Top k", *_RANGES["top_k"], step=5, key="top_k", help="0 turns the top-k cut off.")
     repetition_penalty = st.slider("Repetition penalty", *_RANGES["repetition_penalty"], step=0.05,
                                    key="repetition_penalty")
-    values = {"temperature": float(temperature), "top_p": float(top_p), "top_k": int(top_k),
-              "repetition_penalty": float(repetition_penalty)}
+    values = SamplingValues(temperature=float(temperature), top_p=float(top_p), top_k=int(top_k),
+                            repetition_penalty=float(repetition_penalty))
     changed = [name.replace("_", " ") for name in SAMPLING_FIELDS
-               if values[name] != _in_range(name, defaults.values[name])]
+               if values.get(name) != _in_range(name, defaults.values[name])]
     note = f"Model defaults: {defaults.describe()}."
     if changed:
         note += f" Changed by you: {', '.join(changed)}."

@@ -117,7 +117,8 @@ def _model_settings(backend: str, defaults: ModelSettings) -> ModelSettings:
     )
     if backend == "vllm":
         with st.expander("vLLM engine"):
-            dtype = st.selectbox("Precision", _DTYPES, key="settings.model.vllm_dtype", index=_choice(_DTYPES, defaults.dtype))
+            dtype = st.selectbox("Precision", _DTYPES, key="settings.model.vllm_dtype",
+                                 index=_choice(_DTYPES, defaults.dtype))
             v = defaults.vllm
             options = replace(
                 v,
@@ -133,7 +134,8 @@ def _model_settings(backend: str, defaults: ModelSettings) -> ModelSettings:
                                                            help="Groups of layers on different GPUs or machines.")),
                 distributed_executor_backend=st.selectbox(
                     "Executor", ["mp", "ray"], index=_choice(["mp", "ray"], v.distributed_executor_backend),
-                    key="settings.model.vllm_executor", help="mp: one machine. ray: several machines joined in a Ray cluster."),
+                    key="settings.model.vllm_executor",
+                    help="mp: one machine. ray: several machines joined in a Ray cluster."),
                 enforce_eager=st.checkbox("Enforce eager (no CUDA graphs)", value=v.enforce_eager,
                                           key="settings.model.vllm_enforce_eager"),
                 quantization=st.text_input("Quantization", value=v.quantization, key="settings.model.vllm_quantization",

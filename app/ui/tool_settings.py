@@ -46,11 +46,11 @@ def render(client: Client | None, page: str, registry: ToolRegistry | None = Non
             "produces a valid call; the answer after the call is free.",
         )
         detected = client.capabilities.dialect if client is not None else None
+        options: list[str] = [_AUTO, *DIALECTS]
         dialect = st.selectbox(
             "Tool-call dialect",
-            [_AUTO, *DIALECTS],
-            format_func=lambda name: f"auto ({DIALECTS[detected].label})" if name == _AUTO and detected in DIALECTS
-            else ("auto" if name == _AUTO else DIALECTS[name].label),
+            options,
+            format_func=lambda name: _dialect_label(name, detected),
             key=f"{KEY_PREFIX}dialect",
             help="How tools and calls are written for this model. Auto reads it from the model's chat template.",
         )
@@ -77,3 +77,10 @@ def _help(tool: Tool) -> str:
     if not tool.origin:
         return tool.description
     return f"{mcp_settings.plain(tool.description)}\n\nFrom the {tool.origin}."  # a server's words, shown as text
+
+
+def _dialect_label(name: str, detected: str | None) -> str:
+    """"auto (Hermes)" when the model's template told us which dialect it speaks, else the dialect's own label."""
+    if name != _AUTO:
+        return DIALECTS[name].label
+    return f"auto ({DIALECTS[detected].label})" if detected is not None and detected in DIALECTS else "auto"
