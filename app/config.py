@@ -33,6 +33,20 @@ def _float(name: str, default: float) -> float:
     return float(raw) if raw else default
 
 
+_ON = ("1", "true", "yes", "on")
+
+
+def _flag(name: str) -> bool:
+    """An on/off setting, off unless asked for: on for 1, true, yes or on (any case, surrounding spaces ignored);
+    unset, empty or anything else is off."""
+    return os.environ.get(name, "").strip().lower() in _ON
+
+
+def comma_list(raw: str) -> tuple[str, ...]:
+    """A comma-separated setting's entries, stripped, without empty ones."""
+    return tuple(entry for entry in (item.strip() for item in raw.split(",")) if entry)
+
+
 @dataclass(frozen=True)
 class VLLMOptions:
     """vLLM engine options (ignored by the other backends)."""
@@ -51,7 +65,7 @@ class VLLMOptions:
             tensor_parallel_size=_int("DEMO_VLLM_TENSOR_PARALLEL_SIZE", 1),
             pipeline_parallel_size=_int("DEMO_VLLM_PIPELINE_PARALLEL_SIZE", 1),
             distributed_executor_backend=os.environ.get("DEMO_VLLM_EXECUTOR", "mp") or "mp",
-            enforce_eager=os.environ.get("DEMO_VLLM_ENFORCE_EAGER", "") == "1",
+            enforce_eager=_flag("DEMO_VLLM_ENFORCE_EAGER"),
             quantization=os.environ.get("DEMO_VLLM_QUANTIZATION", ""),
         )
 
@@ -137,7 +151,7 @@ class ImageSettings:
             max_pixels=_int("DEMO_IMAGE_MAX_PIXELS", cls.max_pixels),
             max_side=_int("DEMO_IMAGE_MAX_SIDE", cls.max_side),
             max_per_prompt=_int("DEMO_MAX_IMAGES_PER_PROMPT", cls.max_per_prompt),
-            allow_urls=os.environ.get("DEMO_IMAGE_URLS", "").strip().lower() in ("1", "true", "yes", "on"),
+            allow_urls=_flag("DEMO_IMAGE_URLS"),
         )
 
 
@@ -198,10 +212,9 @@ class BrowserSettings:
 
     @classmethod
     def from_env(cls) -> BrowserSettings:
-        entries = (item.strip().lower() for item in os.environ.get("DEMO_BROWSER_ALLOW", "").split(","))
         return cls(
             searxng_url=os.environ.get("DEMO_SEARXNG_URL", cls.searxng_url),
-            allow=tuple(entry for entry in entries if entry),
+            allow=comma_list(os.environ.get("DEMO_BROWSER_ALLOW", "").lower()),
         )
 
 
@@ -233,7 +246,8 @@ class McpSettings:
 
 @dataclass(frozen=True)
 class SandboxLimits:
-    """Limits and isolation of each session's Python kernel (app/tools/sandbox/isolation.py builds the sandbox from them)."""
+    """Limits and isolation of each session's Python kernel (app/tools/sandbox/isolation.py builds the sandbox
+    from them)."""
 
     memory_mb: int = 2048  # address space of each process
     total_memory_mb: int = 4096  # all processes of the sandbox and its files together (where a cgroup can be made)
@@ -274,7 +288,7 @@ class SandboxLimits:
             cell_timeout_s=_float("DEMO_KERNEL_CELL_TIMEOUT_S", cls.cell_timeout_s),
             idle_shutdown_s=_float("DEMO_KERNEL_IDLE_S", cls.idle_shutdown_s),
             isolation=isolation,
-            network=os.environ.get("DEMO_KERNEL_NETWORK", "").strip().lower() in ("1", "true", "yes", "on"),
+            network=_flag("DEMO_KERNEL_NETWORK"),
         )
 
 
@@ -323,33 +337,52 @@ class HTTPTimeouts:
 
 
 @dataclass(frozen=True)
-class ServerSettings:
-    """Defaults of the API server's command line (app/server/api.py)."""
+class RequestLimits:
+    """The most messages, and characters of text in them, that one API request may have. Over either it is refused
+    (413) before any model work: fitting a prompt to the context costs time per message."""
 
-    host: str = "127.0.0.1"  # loopback only unless asked: the API has no key by default
-    api_key: str | None = None
-    cors_origins: str = ""  # comma-separated browser origins; none by default
-    # A chat request over these is refused (413) before any model work: fitting a prompt costs time per message.
     max_messages: int = 2000
     max_chars: int = 1_000_000  # characters of text in all messages together
+
+    @classmethod
+    def from_env(cls) -> RequestLimits:
+        return cls(
+            max_messages=_int("DEMO_SERVER_MAX_MESSAGES", cls.max_messages),
+            max_chars=_int("DEMO_SERVER_MAX_CHARS", cls.max_chars),
+        )
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """Everything the API server (app/server/) is built from: the model it serves, under which name, to whom, and
+    its limits. `from_env` gives the defaults its command line starts from."""
+
+    model: ModelSettings = ModelSettings()  # loaded at start-up, unless the app is handed a loaded client
+    served_name: str | None = None  # the model id clients use; None: the backend's own model id
+    host: str = "127.0.0.1"  # loopback only unless asked: the API has no key by default
+    port: int = 8000
+    api_key: str | None = None  # required as a Bearer token on /v1/ when set
+    cors_origins: tuple[str, ...] = ()  # browser origins allowed to call the API; none by default
+    default_max_tokens: int = 1024  # a request's token budget when it gives none
+    limits: RequestLimits = RequestLimits()
     # On SIGTERM, requests still running after this are cancelled (their generations stop) and the process exits.
     shutdown_timeout_s: float = 2.0
 
     @classmethod
     def from_env(cls) -> ServerSettings:
         return cls(
-            host=os.environ.get("HOST", "127.0.0.1"),
+            model=ModelSettings.from_env(),
+            host=os.environ.get("HOST", cls.host),
             api_key=os.environ.get("DEMO_SERVER_API_KEY") or None,
-            cors_origins=os.environ.get("DEMO_SERVER_CORS_ORIGINS", ""),
-            max_messages=_int("DEMO_SERVER_MAX_MESSAGES", cls.max_messages),
-            max_chars=_int("DEMO_SERVER_MAX_CHARS", cls.max_chars),
+            cors_origins=comma_list(os.environ.get("DEMO_SERVER_CORS_ORIGINS", "")),
+            limits=RequestLimits.from_env(),
             shutdown_timeout_s=_float("DEMO_SERVER_SHUTDOWN_TIMEOUT_S", cls.shutdown_timeout_s),
         )
 
 
 def offline_by_default() -> None:
-    """Never reach a model hub unless the user explicitly opted in with DEMO_ALLOW_DOWNLOADS=1."""
-    if os.environ.get("DEMO_ALLOW_DOWNLOADS") != "1":
+    """Never reach a model hub unless the user explicitly opted in with DEMO_ALLOW_DOWNLOADS=1 (or true, yes, on)."""
+    if not _flag("DEMO_ALLOW_DOWNLOADS"):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")

@@ -18,8 +18,6 @@ import sys
 import threading
 import time
 import urllib.request
-from pathlib import Path
-
 
 from bench.timing import time_client_stream, time_server_stream
 
@@ -39,12 +37,13 @@ def over_http(sdk, model: str, tokens: int) -> tuple[float, float]:
 def start_our_server(client, served_name: str = "bench") -> tuple[str, object]:
     import uvicorn
 
+    from app.config import ServerSettings
     from app.server.api import create_app
     from harness.local_http import free_port
 
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(client=client, served_name=served_name), host="127.0.0.1",
-                                           port=port, log_level="warning"))
+    app = create_app(ServerSettings(served_name=served_name), client=client)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     threading.Thread(target=server.run, daemon=True).start()
     while not server.started:
         time.sleep(0.05)

@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from app.clients.hf.client import HFClient
-from app.config import ModelSettings
+from app.config import ModelSettings, ServerSettings
 from app.generation_defaults import BUILT_IN, defaults_for_settings, generation_defaults, read_generation_config
 from app.server.api import create_app
 from harness.local_http import serving
@@ -130,7 +130,7 @@ def test_the_server_fills_in_left_out_sampling_from_the_model(tmp_path, tiny_mod
     (greedy / "generation_config.json").write_text(json.dumps({**config, "do_sample": False}))
     client = HFClient(ModelSettings(model_path=str(greedy), device="cpu"))
     try:
-        with serving(create_app(client=client, served_name="m")) as base:
+        with serving(create_app(ServerSettings(served_name="m"), client=client)) as base:
             sdk = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0)
             ask = [{"role": "user", "content": "Hello there"}]
 

@@ -16,8 +16,9 @@ from pydantic import BaseModel
 
 from app.clients.base import GenerationParams, ToolRequest
 from app.clients.openai import OpenAIClient
-from app.config import ModelSettings
-from app.server.api import create_app, max_body_bytes
+from app.config import ModelSettings, ServerSettings
+from app.server.api import create_app
+from app.server.middleware import max_body_bytes
 from app.tools import load_tools
 from harness.local_http import serving
 from tests.helpers import collect
@@ -29,7 +30,7 @@ MODEL = "SmolLM2-135M-Instruct"
 
 @pytest.fixture(scope="module")
 def api(smol_client):
-    with serving(create_app(client=smol_client, api_key="secret-key")) as base:
+    with serving(create_app(ServerSettings(api_key="secret-key"), client=smol_client)) as base:
         yield base
 
 
@@ -257,7 +258,8 @@ def test_metrics_count_requests_tokens_latency_and_errors(sdk, api):
         sdk.chat.completions.create(model="gpt-99", max_tokens=5, messages=[{"role": "user", "content": "Hi"}])
     assert _metric(api, "demo_completion_tokens_total") == before["demo_completion_tokens_total"] + \
         reply.usage.completion_tokens
-    assert _metric(api, "demo_time_to_first_token_seconds_count") == before["demo_time_to_first_token_seconds_count"] + 1
+    assert _metric(api, "demo_time_to_first_token_seconds_count") == \
+        before["demo_time_to_first_token_seconds_count"] + 1
     assert _metric(api, "demo_chat_completion_duration_seconds_count") == \
         before["demo_chat_completion_duration_seconds_count"] + 1
     assert _metric(api, "demo_http_requests_total", route="/v1/chat/completions", status="200") == requests + 1
@@ -299,3 +301,20 @@ def test_a_client_that_disconnects_cancels_its_generation(api):
             _metric(api, "demo_chat_requests_in_progress") != 0:  # down once the generation has stopped
         assert time.monotonic() < deadline, "the generation went on after the client left"
         time.sleep(0.05)
+
+
+def test_the_command_line_overrides_the_environments_settings(monkeypatch):
+    from app.server.api import command_line_settings
+
+    monkeypatch.setenv("DEMO_BACKEND", "openai")
+    monkeypatch.setenv("DEMO_SERVER_API_KEY", "from-env")
+    monkeypatch.setenv("DEMO_SERVER_CORS_ORIGINS", " http://a.example , ,http://b.example")
+    monkeypatch.setenv("DEMO_SERVER_MAX_CHARS", "500")
+    settings = command_line_settings(["--model", "/models/m", "--served-model-name", "m", "--port", "9000",
+                                      "--max-messages", "7"])
+    assert (settings.model.backend, settings.model.model_path, settings.served_name) == ("openai", "/models/m", "m")
+    assert (settings.port, settings.api_key, settings.cors_origins) == (9000, "from-env", ("http://a.example",
+                                                                                           "http://b.example"))
+    assert (settings.limits.max_messages, settings.limits.max_chars) == (7, 500)
+    given = command_line_settings(["--api-key", "given", "--cors-origins", ""])
+    assert (given.api_key, given.cors_origins) == ("given", ())

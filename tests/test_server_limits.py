@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from app.clients.hf.grammar_compile import DeadlineCompiler, GrammarTooSlow
+from app.config import ServerSettings
 from app.server.api import create_app
 from harness.local_http import free_port, serving
 from harness.processes import server_process
@@ -138,7 +139,8 @@ def test_a_grammar_past_the_compile_time_limit_is_400_and_health_answers(tiny_cl
     schema = {"enum": _words(8000)}
     body = {"model": "tiny", "max_tokens": 4, "messages": HELLO,
             "response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": schema}}}
-    with serving(create_app(client=tiny_client, served_name="tiny")) as base, HealthWatch(base) as health:
+    app = create_app(ServerSettings(served_name="tiny"), client=tiny_client)
+    with serving(app) as base, HealthWatch(base) as health:
         started = time.monotonic()
         reply = httpx.post(f"{base}/v1/chat/completions", json=body, timeout=120)
         took = time.monotonic() - started

@@ -22,7 +22,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.clients.base import Delta
-from app.server.api import create_app, max_body_bytes
+from app.config import ServerSettings
+from app.server.api import create_app
+from app.server.middleware import max_body_bytes
 from harness.local_http import free_port, serving
 from harness.processes import server_process
 from tests.helpers import ARTIFACTS, ROOT
@@ -384,7 +386,7 @@ def test_an_unexpected_failure_is_a_500_in_openai_shape_without_its_details(tiny
         raise RuntimeError("secret detail of /srv/app/internal.py")
 
     body = {"model": "tiny", "max_tokens": 4, "messages": HELLO}
-    with serving(create_app(client=tiny_client, served_name="tiny")) as base:
+    with serving(create_app(ServerSettings(served_name="tiny"), client=tiny_client)) as base:
         monkeypatch.setattr(tiny_client, "stream", fails_at_once)
         whole = httpx.post(f"{base}/v1/chat/completions", json=body)
         monkeypatch.setattr(tiny_client, "stream", fails_midway)

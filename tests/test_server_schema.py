@@ -13,13 +13,14 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 from schemathesis.checks import positive_data_acceptance
 
+from app.config import ServerSettings
 from app.server.api import create_app
 from harness.local_http import serving
 
 
 @pytest.fixture(scope="module")
 def tiny_api(tiny_client):
-    with serving(create_app(client=tiny_client, served_name="tiny", default_max_tokens=16)) as base:
+    with serving(create_app(ServerSettings(served_name="tiny", default_max_tokens=16), client=tiny_client)) as base:
         yield base
 
 

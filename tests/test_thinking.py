@@ -20,7 +20,7 @@ from app.dialects import get_dialect
 from app.storage.codec import conversation_to_markdown, decode_message, encode_message
 from app.thinking import THINK_TAGS, ThinkingSplitter
 from tests.helpers import collect
-from tests.tiny_model import build_scripted_model, build_tiny_model
+from tests.tiny_model import build_scripted_model
 
 THOUGHT = ["The user", " asks for", " 2 + 2.", " Two and two", " make four."]
 SCRIPT = ["<think>", *THOUGHT, "</think>", "2 + 2 = 4."]
@@ -173,10 +173,11 @@ def test_vllm_splits_the_thought_the_same_way(vllm_thinker):
 
 @pytest.fixture(scope="module")
 def thinker_api(thinker):
+    from app.config import ServerSettings
     from app.server.api import create_app
     from harness.local_http import serving
 
-    with serving(create_app(client=thinker)) as base:
+    with serving(create_app(ServerSettings(), client=thinker)) as base:
         yield base
 
 

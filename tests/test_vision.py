@@ -193,19 +193,21 @@ def test_the_turn_ends_with_the_refusal_and_a_text_only_answer_can_follow(tiny_c
 
 @pytest.fixture(scope="module")
 def vision_api(tiny_vlm_client):
+    from app.config import ServerSettings
     from app.server.api import create_app
     from harness.local_http import serving
 
-    with serving(create_app(client=tiny_vlm_client)) as base:
+    with serving(create_app(ServerSettings(), client=tiny_vlm_client)) as base:
         yield base
 
 
 @pytest.fixture(scope="module")
 def text_api(tiny_client):
+    from app.config import ServerSettings
     from app.server.api import create_app
     from harness.local_http import serving
 
-    with serving(create_app(client=tiny_client)) as base:
+    with serving(create_app(ServerSettings(), client=tiny_client)) as base:
         yield base
 
 

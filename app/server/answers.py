@@ -10,12 +10,16 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from openai.types import CompletionUsage
-from openai.types.chat import ChatCompletion, ChatCompletionChunk, ChatCompletionMessage
+from openai.types.chat import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionMessage,
+    ChatCompletionMessageToolCallUnion,
+)
 from openai.types.chat.chat_completion import Choice
 from openai.types.chat.chat_completion_chunk import Choice as ChunkChoice
 from openai.types.chat.chat_completion_chunk import ChoiceDelta, ChoiceDeltaToolCall, ChoiceDeltaToolCallFunction
-from openai.types.chat.chat_completion_message_function_tool_call import ChatCompletionMessageFunctionToolCall
-from openai.types.chat.chat_completion_message_function_tool_call import Function
+from openai.types.chat.chat_completion_message_function_tool_call import ChatCompletionMessageFunctionToolCall, Function
 
 from app.clients.base import Delta
 from app.conversation import AnswerMetrics, CallFragment, PartialCalls
@@ -59,8 +63,9 @@ class Reply:
         """The whole reply. Finished calls as the model made them; a call cut at the token limit as far as it got
         (finish_reason "length"), as OpenAI's API does."""
         finished = self.last.tool_calls if self.last is not None else []
-        calls = [ChatCompletionMessageFunctionToolCall(id=call.id, type="function", function=Function(
-            name=call.name, arguments=json.dumps(call.arguments, ensure_ascii=False))) for call in finished] or [
+        calls: list[ChatCompletionMessageToolCallUnion] = [
+            ChatCompletionMessageFunctionToolCall(id=call.id, type="function", function=Function(
+                name=call.name, arguments=json.dumps(call.arguments, ensure_ascii=False))) for call in finished] or [
             ChatCompletionMessageFunctionToolCall(id=partial.id, type="function", function=Function(
                 name=partial.name, arguments=partial.arguments)) for partial in self.calls]
         text, thought = "".join(self.text), "".join(self.thinking).strip()

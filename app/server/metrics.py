@@ -5,9 +5,9 @@ Each app has its own registry, so two servers in one process (tests) never share
 
 from __future__ import annotations
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-
 from collections.abc import Callable
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from app.clients.base import ModelActivity
 from app.conversation import AnswerMetrics

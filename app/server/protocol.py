@@ -17,10 +17,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from app.clients.base import GenerationParams, ResponseFormat, ToolRequest
 from app.config import ImageSettings, SchemaLimits
 from app.conversation import Conversation, ImageFetcher
-from app.tools.net_guard import fetch_guarded
-from app.tools.registry import ToolError
 from app.generation_defaults import GenerationDefaults
 from app.schema_limits import schema_size_problem
+from app.tools.net_guard import fetch_guarded
+from app.tools.registry import ToolError
 
 # Fields the API accepts without acting on them (they change nothing for a single local model).
 _HARMLESS_FIELDS = {"user", "metadata", "store", "parallel_tool_calls", "service_tier"}

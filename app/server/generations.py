@@ -1,0 +1,92 @@
+"""A generation in flight, for any endpoint family that generates: the client's blocking stream of deltas read on a
+thread of its own and handed to the event loop, cancelled as soon as the requester leaves or the server stops."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import closing
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import Request
+
+from app.clients.base import ClientError, Delta
+from app.server.protocol import APIError
+
+DISCONNECT_POLL_S = 0.1  # how often a request looks whether its client is still there
+_END = object()
+
+
+class DeltaPump:
+    """A client's blocking stream of deltas, read on a thread of its own and handed to the event loop. Only that
+    thread touches the iterator (closing it included), so a request cancelled mid-read never races it; setting
+    `cancel` ends it within a heartbeat. `on_end` is called on that thread once the stream is closed, which
+    stops the backend's generation."""
+
+    def __init__(self, deltas: Iterator[Delta], cancel: threading.Event, on_end: Callable[[], None]) -> None:
+        self.cancel, self._on_end = cancel, on_end
+        self._loop = asyncio.get_running_loop()
+        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        threading.Thread(target=self._read, args=(deltas,), name="api-deltas", daemon=True).start()
+
+    def _read(self, deltas: Iterator[Delta]) -> None:
+        try:
+            # Closing mid-stream aborts the generation: Client.stream's iterators are generators, which close.
+            with closing(deltas):  # type: ignore[type-var]
+                for delta in deltas:
+                    if self.cancel.is_set():
+                        break
+                    if not delta.is_heartbeat:  # beats only matter to the reader: they let it see `cancel`
+                        self._put(delta)
+        except BaseException as exc:  # handed to the request, never lost in the thread
+            self._put(exc)
+        finally:
+            self._on_end()
+            self._put(_END)
+
+    def _put(self, item: Any) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+        except RuntimeError:  # the event loop is gone: nobody is listening any more
+            self.cancel.set()
+
+    async def next(self) -> Delta | None:
+        """The next delta; None at the end. A request the backend cannot serve is a 400."""
+        item = await self._queue.get()
+        if item is _END:
+            return None
+        if isinstance(item, ClientError):
+            raise APIError(400, str(item))
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+
+@dataclass(eq=False)
+class InFlight:
+    """One generation: its deltas, when it started, and whether its client has left."""
+
+    pump: DeltaPump
+    started: float = field(default_factory=time.perf_counter)
+    client_left: bool = False
+    watcher: asyncio.Task[None] | None = None
+
+    def watch(self, request: Request) -> None:
+        self.watcher = asyncio.create_task(self._watch(request))
+
+    async def _watch(self, request: Request) -> None:
+        """Cancel the generation as soon as the client has gone, whether it waits for a whole answer or a stream."""
+        while not self.stopped:
+            if await request.is_disconnected():
+                self.client_left = True
+                self.pump.cancel.set()
+                return
+            await asyncio.sleep(DISCONNECT_POLL_S)
+
+    @property
+    def stopped(self) -> bool:
+        """Cancelled before the answer was complete: the client left, or the server is shutting down."""
+        return self.pump.cancel.is_set()
