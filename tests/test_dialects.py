@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -69,7 +70,8 @@ def test_hermes_text_that_is_not_a_call_stays_text(text):
 
 
 def test_hermes_keeps_text_around_a_valid_call_and_an_invalid_block():
-    text = 'A <tool_call>{"name": "calculator", "arguments": {"expression": "1"}}</tool_call> B <tool_call>oops</tool_call>'
+    text = ('A <tool_call>{"name": "calculator", "arguments": {"expression": "1"}}</tool_call> '
+            'B <tool_call>oops</tool_call>')
     parsed = hermes.parse(text, TOOLS)
     assert calls(parsed) == [("calculator", {"expression": "1"})]
     assert parsed.content == "A  B <tool_call>oops</tool_call>"
@@ -78,9 +80,11 @@ def test_hermes_keeps_text_around_a_valid_call_and_an_invalid_block():
 def test_hermes_closing_tag_inside_an_argument_and_an_invalid_block_before_a_call():
     tricky = '<tool_call>{"name": "calculator", "arguments": {"expression": "</tool_call> in a string"}}</tool_call>'
     assert calls(hermes.parse(tricky, TOOLS)) == [("calculator", {"expression": "</tool_call> in a string"})]
-    text = 'X <tool_call>oops</tool_call> Y <tool_call>{"name": "calculator", "arguments": {"expression": "1"}}</tool_call>'
+    text = ('X <tool_call>oops</tool_call> '
+            'Y <tool_call>{"name": "calculator", "arguments": {"expression": "1"}}</tool_call>')
     parsed = hermes.parse(text, TOOLS)
-    assert calls(parsed) == [("calculator", {"expression": "1"})] and parsed.content == "X <tool_call>oops</tool_call> Y"
+    assert calls(parsed) == [("calculator", {"expression": "1"})]
+    assert parsed.content == "X <tool_call>oops</tool_call> Y"
 
 
 def test_hermes_closing_tag_inside_an_argument_then_another_call_in_one_piece_or_in_chunks():
@@ -173,7 +177,8 @@ def test_glm4_renders_calls_and_results_its_way():
     roles = [m["role"] for m in prompt.messages]
     assert roles == ["system", "user", "assistant", "observation"]
     assert prompt.messages[0]["tools"] == tools
-    assert prompt.messages[2]["metadata"] == "get_weather" and json.loads(prompt.messages[2]["content"]) == {"city": "Paris"}
+    assert prompt.messages[2]["metadata"] == "get_weather"
+    assert json.loads(prompt.messages[2]["content"]) == {"city": "Paris"}
 
 
 # ----- Llama 3.1 JSON ------------------------------------------------------------------------------------------
@@ -182,7 +187,8 @@ def test_glm4_renders_calls_and_results_its_way():
     "text, expected",
     [
         ('{"name": "get_weather", "parameters": {"city": "Paris"}}', [("get_weather", {"city": "Paris"})]),
-        ('<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}', [("get_weather", {"city": "Paris"})]),
+        ('<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}',
+         [("get_weather", {"city": "Paris"})]),
         ('{"name": "get_weather", "arguments": {"city": "Paris"}}', [("get_weather", {"city": "Paris"})]),
         ('{"name": "get_weather", "parameters": {"city": "Paris"}}; {"name": "calculator", "parameters": '
          '{"expression": "2"}}', [("get_weather", {"city": "Paris"}), ("calculator", {"expression": "2"})]),
@@ -308,7 +314,8 @@ def test_fallback_rendering_lists_tools_and_leaves_past_calls_out():
     ]
     prompt = hermes.render(messages, tools, native=False)
     assert prompt.tools is None
-    assert prompt.messages[0]["content"].startswith("Be brief.") and '"name": "get_weather"' in prompt.messages[0]["content"]
+    system = prompt.messages[0]["content"]
+    assert system.startswith("Be brief.") and '"name": "get_weather"' in system
     assert "<tool_call>" in prompt.messages[0]["content"]
     # the call itself is left out (untrained models copy it instead of answering); its result stays
     assert [m["role"] for m in prompt.messages] == ["system", "user", "tool"]
@@ -335,7 +342,7 @@ def test_no_parser_raises_and_streaming_equals_the_final_parse(text, cuts, diale
     final = d.parse(text, TOOLS)
     parser = d.stream_parser(TOOLS)
     bounds = sorted({0, len(text), *[c for c in cuts if c <= len(text)]})
-    shown = "".join(parser.feed(text[a:b]) for a, b in zip(bounds, bounds[1:]))
+    shown = "".join(parser.feed(text[a:b]) for a, b in itertools.pairwise(bounds))
     tail, streamed = parser.finish()
     assert (shown + tail).strip() == final.content == streamed.content
     assert calls(streamed) == calls(final)

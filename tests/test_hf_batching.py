@@ -18,8 +18,8 @@ from transformers import DynamicCache
 
 from app.clients.base import ClientError, GenerationParams, ResponseFormat, ToolRequest
 from app.clients.hf.batch_cache import BatchCache
-from app.clients.hf.grammar import GrammarViolation
 from app.clients.hf.client import HFClient
+from app.clients.hf.grammar import GrammarViolation
 from app.clients.hf.sampling import TokenPicker
 from app.config import ModelSettings
 from tests.helpers import ROOT, collect, open_app
@@ -105,7 +105,7 @@ def test_batched_logits_equal_each_rows_lone_logits(tiny_client):
 
     with torch.inference_mode():
         lone = []
-        for ids, token in zip(prompts, nexts):
+        for ids, token in zip(prompts, nexts, strict=True):
             cache = prefill(ids)
             out = model(input_ids=torch.tensor([[token]]), attention_mask=torch.ones(1, len(ids) + 1, dtype=torch.long),
                         position_ids=torch.tensor([[len(ids)]]), past_key_values=cache, use_cache=True)
@@ -372,7 +372,7 @@ def test_smollm2_eight_concurrent_greedy_answers_equal_their_lone_answers(smol_b
     prompts = [[{"role": "user", "content": f"Write a story about {topic}."}] for topic in topics]
     alone = [outcome(smol_batch, p, params) for p in prompts]
     together = at_once([lambda p=p: outcome(smol_batch, p, params) for p in prompts])
-    identical = sum(a == b for a, b in zip(alone, together))
+    identical = sum(a == b for a, b in zip(alone, together, strict=True))
     record_property("identical_of_8", identical)
     print(f"SmolLM2: {identical} of 8 concurrent answers identical to their lone answers over 128 tokens")
     assert identical >= 7
@@ -386,7 +386,8 @@ def test_smollm2_constrained_and_free_replies_joining_and_leaving_the_batch_at_d
     neighbours' grammars."""
     # A bounded expression: with an unbounded string SmolLM2's forced call runs to the token limit, alone or not.
     bounded = {"type": "function", "function": {**CALCULATOR["function"], "parameters": {
-        "type": "object", "required": ["expression"], "properties": {"expression": {"type": "string", "maxLength": 40}}}}}
+        "type": "object", "required": ["expression"],
+        "properties": {"expression": {"type": "string", "maxLength": 40}}}}}
     tools = ToolRequest((bounded,), choice="calculator")
     shirt = ResponseFormat("json_schema", SHIRT)
     story = [{"role": "user", "content": "Write a story about a lighthouse keeper."}]
@@ -397,7 +398,8 @@ def test_smollm2_constrained_and_free_replies_joining_and_leaving_the_batch_at_d
     jobs = [
         lambda: outcome(smol_batch, story, free[0]),
         lambda: collect(smol_batch, ask, GenerationParams(temperature=0.0, max_new_tokens=200), tools=tools),
-        lambda: collect(smol_batch, stock, GenerationParams(temperature=0.0, max_new_tokens=200), response_format=shirt),
+        lambda: collect(smol_batch, stock, GenerationParams(temperature=0.0, max_new_tokens=200),
+                        response_format=shirt),
         lambda: outcome(smol_batch, story, free[1]),
         lambda: collect(smol_batch, ask, GenerationParams(temperature=1.0, seed=7, max_new_tokens=200), tools=tools),
         lambda: collect(smol_batch, stock, GenerationParams(temperature=1.0, seed=7, max_new_tokens=200),
@@ -429,8 +431,8 @@ def test_a_failure_outside_one_reply_fails_the_batch_and_the_decoder_goes_on(tin
                 collect(client, question(2), GREEDY)
             return "failed"
 
-        short, long = at_once([lambda: outcome(client, question(1), GenerationParams(temperature=0.0, max_new_tokens=5)),
-                               failing])
+        five = GenerationParams(temperature=0.0, max_new_tokens=5)
+        short, long = at_once([lambda: outcome(client, question(1), five), failing])
         assert long == "failed"
     assert short[1] == "length"  # it had ended: its leaving broke the batch, which the other reply learns
     assert outcome(client, question(1))[1] == "length"

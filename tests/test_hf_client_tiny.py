@@ -118,7 +118,7 @@ def test_with_batching_off_a_waiting_session_is_told_and_can_cancel_while_waitin
 
     def occupy():
         # A session that holds the model until released: its stream keeps the lock while it is not consumed.
-        for delta in tiny_client.stream(HELLO, GenerationParams(temperature=0.0, max_new_tokens=400), release):
+        for _ in tiny_client.stream(HELLO, GenerationParams(temperature=0.0, max_new_tokens=400), release):
             hold.set()
             release.wait(10)
 
@@ -181,7 +181,9 @@ def test_fitting_keeps_the_newest_whole_turns_that_fit_exactly_as_counting_every
     prompt = client.template.prepare(messages, GenerationParams(max_new_tokens=40), tools)
     # The reference: every cut from the oldest turn on, the first whose prompt fits 400 - 40 tokens.
     cuts = [i for i, message in enumerate(messages) if message["role"] == "user"]
-    reference = next(cut for cut in cuts if len(client.template.render([messages[0], *messages[cut:]], tools).token_ids) <= 360)
+    reference = next(
+        cut for cut in cuts if len(client.template.render([messages[0], *messages[cut:]], tools).token_ids) <= 360
+    )
     assert prompt.dropped_messages == reference - 1 > 0
     assert prompt.token_ids == client.template.render([messages[0], *messages[reference:]], tools).token_ids
     assert "calculator" in client.tokenizer.decode(prompt.token_ids)  # calls and results kept, in whole turns

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
-from mcp import types
 import pytest
 from jsonschema import Draft202012Validator
+from mcp import types
 from PIL import Image
 
 from app.agent import ToolSettings, run_turn
@@ -268,7 +268,8 @@ def test_close_stops_the_stdio_servers(config_file):
     ({"demo": {"command": "x", "args": "--verbose"}}, "server 'demo': args: Input should be a valid list."),
     ({"demo": {"command": "x", "env": {"PORT": 8080}}}, "server 'demo': env.PORT: Input should be a valid string."),
     ({"demo": {"url": "ftp://example.com"}}, "server 'demo': url: must be an http:// or https:// URL with a host."),
-    ({"demo": {"url": "https://example.com/mcp", "token": "x"}}, "server 'demo': token: Extra inputs are not permitted."),
+    ({"demo": {"url": "https://example.com/mcp", "token": "x"}},
+     "server 'demo': token: Extra inputs are not permitted."),
     ({"demo": {"args": ["x"]}}, "server 'demo': needs either command (a stdio server) or url"),
     ({"my server": {"command": "x"}}, "server 'my server': a server name may use letters, digits, _ and -"),
     ({"demo": {"url": "https://example.com/mcp", "headers": {"Authorization": "Bearer ${NO_SUCH_VARIABLE_SET}"}}},
@@ -296,7 +297,8 @@ def test_broken_json_and_the_common_shapes(tmp_path, monkeypatch):
     monkeypatch.setenv("DOCS_TOKEN", "t0ken")
     servers = load_config(str(write_config(tmp_path, {
         "local": {"command": "uvx", "args": ["mcp-server-time"], "env": {"TZ": "Europe/Paris"}},
-        "docs": {"type": "http", "url": "https://example.com/mcp", "headers": {"Authorization": "Bearer ${DOCS_TOKEN}"}},
+        "docs": {"type": "http", "url": "https://example.com/mcp",
+                 "headers": {"Authorization": "Bearer ${DOCS_TOKEN}"}},
     })))
     assert servers["local"] == StdioServer(command="uvx", args=["mcp-server-time"], env={"TZ": "Europe/Paris"})
     assert servers["docs"].headers == {"Authorization": "Bearer t0ken"}
@@ -369,7 +371,8 @@ def test_the_tools_page_shows_mcp_tools_as_toggles_and_the_servers_status(monkey
         monkeypatch.setenv("DEMO_BROWSER_ALLOW", "127.0.0.1")
         add_server()
         assert at.sidebar.success[0].value.startswith("Added web: connected · 11 tools")
-        assert at.toggle(key="settings.tools.enabled.web_echo").value and at.toggle(key="settings.tools.enabled.demo_echo").value
+        assert at.toggle(key="settings.tools.enabled.web_echo").value
+        assert at.toggle(key="settings.tools.enabled.demo_echo").value
         at.button(key="mcp.remove.web").click().run()
         assert not at.exception
         assert at.toggle(key="settings.tools.enabled.echo").value  # no clash any more

@@ -9,6 +9,7 @@ length of the text.
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -63,7 +64,7 @@ def _run(parser: StreamParser, pieces: Sequence[str]) -> tuple[str, str, list, s
 
 def _cut(text: str, cuts: Sequence[int]) -> list[str]:
     bounds = sorted({0, len(text), *[cut % (len(text) + 1) for cut in cuts]})
-    return [text[a:b] for a, b in zip(bounds, bounds[1:])]
+    return [text[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 def _chunks(text: str, size: int = 4) -> list[str]:

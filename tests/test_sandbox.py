@@ -12,8 +12,8 @@ import uuid
 import pytest
 
 from app.config import SandboxLimits, cache_dir
-from app.tools.sandbox import isolation
 from app.tools.documents import DocumentError
+from app.tools.sandbox import isolation
 from app.tools.sandbox.cgroup import cgroups_possible
 from app.tools.session import SessionTools, safe_upload_name
 from harness.local_http import json_reply, serve

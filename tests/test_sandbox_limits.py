@@ -18,8 +18,8 @@ import pytest
 from PIL import Image
 
 from app.config import SandboxLimits
-from app.tools.sandbox.kernel import KernelSession, SandboxBusy
 from app.tools.sandbox.cgroup import cgroups_possible
+from app.tools.sandbox.kernel import KernelSession, SandboxBusy
 from app.tools.session import SessionTools
 
 pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="bubblewrap exists on Linux only"),
@@ -121,6 +121,7 @@ def sessions(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_the_mcp_server_s_python_tool_is_capped_the_same_way(sessions, tmp_path):
     from mcp import Client, StdioServerParameters, stdio_client
+
     from tests.helpers import ROOT
 
     env = {**os.environ, "DEMO_SESSIONS_DIR": str(sessions), "DEMO_KERNEL_OUTPUT_CHARS": "5000"}

@@ -1,3 +1,5 @@
+import itertools
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -35,7 +37,7 @@ def test_earliest_of_several_stop_strings_wins():
        stops=st.lists(st.text(alphabet="abST\nOP", min_size=1, max_size=4), max_size=3))
 def test_any_chunking_shows_exactly_the_text_before_the_first_stop(text, cuts, stops):
     points = sorted({min(c, len(text)) for c in cuts} | {0, len(text)})
-    chunks = [text[a:b] for a, b in zip(points, points[1:])]
+    chunks = [text[a:b] for a, b in itertools.pairwise(points)]
     shown, _ = _run(chunks, stops)
     first = min((i for s in stops if (i := text.find(s)) != -1), default=len(text))
     assert shown == text[:first]

@@ -21,7 +21,8 @@ def test_schemas_come_from_type_hints_and_docstrings():
     assert schema["type"] == "function"
     function = schema["function"]
     assert function["description"].startswith("Draw a random whole number")
-    assert function["parameters"]["properties"]["low"] == {"type": "integer", "description": "The smallest number that may be drawn."}
+    low = {"type": "integer", "description": "The smallest number that may be drawn."}
+    assert function["parameters"]["properties"]["low"] == low
     assert function["parameters"]["required"] == ["low", "high"]
     units = registry.get("convert_units").parameters["properties"]["from_unit"]
     assert "km" in units["enum"] and "C" in units["enum"]
@@ -139,7 +140,8 @@ def test_long_results_are_cut_for_the_model_only():
 
     local.register(long)
     result = local.call("long", {"n": 50_000})
-    assert len(result.content) == 50_000 and len(result.for_model()) < 9_000 and "more characters cut" in result.for_model()
+    assert len(result.content) == 50_000
+    assert len(result.for_model()) < 9_000 and "more characters cut" in result.for_model()
 
 
 # ----- get_weather against a stand-in that speaks Open-Meteo's protocol (the real one is unreachable here) -----

@@ -46,7 +46,8 @@ def test_a_text_only_model_says_it_cannot_see_and_answers_the_text_when_asked(mo
     with open_app(monkeypatch, tiny_model_dir, temperature=0.0, max_new_tokens=6) as at:
         assert any("Text only: this model cannot see images" in caption for caption in sidebar_captions(at))
         send_picture(at, "What is this?")
-        assert "cannot see images" in at.chat_message[1].error[0].value and "SmolVLM" in at.chat_message[1].error[0].value
+        error = at.chat_message[1].error[0].value
+        assert "cannot see images" in error and "SmolVLM" in error
         assert [m.role for m in conversation(at).messages] == ["user", "assistant"]
         at.button(key="text_only/chat").click().run()
         assert not at.exception

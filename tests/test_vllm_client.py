@@ -36,7 +36,8 @@ def test_cancel_aborts_the_request(vllm_tiny):
     cancel = threading.Event()
     received = []
     started = time.monotonic()
-    for delta in vllm_tiny.stream(HELLO, GenerationParams(temperature=0.0, max_new_tokens=3000, ignore_eos=True), cancel):
+    params = GenerationParams(temperature=0.0, max_new_tokens=3000, ignore_eos=True)
+    for delta in vllm_tiny.stream(HELLO, params, cancel):
         received.append(delta)
         if sum(1 for d in received if d.text) == 3:
             cancel.set()

@@ -25,8 +25,10 @@ def site(monkeypatch):
         "/redirect-nat64": lambda h, b: (302, {"Location": f"http://[64:ff9b::7f00:1]:{h.server.server_port}/"}, b""),
         "/image.png": lambda h, b: (200, {"Content-Type": "image/png"}, b"\x89PNG\r\n"),
         "/huge": lambda h, b: (200, {"Content-Type": "text/plain"}, b"x" * (4 * 1024 * 1024)),
-        "/notes.txt": lambda h, b: (200, {"Content-Type": "text/plain; charset=latin-1"}, "Café crème".encode("latin-1")),
-        "/paper.pdf": lambda h, b: (200, {"Content-Type": "application/pdf"}, pdf_bytes("Tides are caused by the Moon.")),
+        "/notes.txt": lambda h, b: (200, {"Content-Type": "text/plain; charset=latin-1"},
+                                    "Café crème".encode("latin-1")),
+        "/paper.pdf": lambda h, b: (200, {"Content-Type": "application/pdf"},
+                                    pdf_bytes("Tides are caused by the Moon.")),
         "/search": searxng,
     }
     with serve(routes) as base:
@@ -51,7 +53,8 @@ def test_open_extracts_the_article_numbers_it_and_cites_it(site):
     text = browser.open_url(f"{site}/article")
     assert text.startswith(f"[1] Lighthouses of Brittany ({site}/article)")
     assert "32 nautical" in text and "Home | About" not in text and "Copyright" not in text
-    assert browser.link_citations("It is very bright [1]. See [7].") == f"It is very bright [[1]]({site}/article). See [7]."
+    linked = f"It is very bright [[1]]({site}/article). See [7]."
+    assert browser.link_citations("It is very bright [1]. See [7].") == linked
     assert cited_sources(text) == [(1, "Lighthouses of Brittany", f"{site}/article")]
     assert browser.open_url(f"{site}/redirect-home").startswith("[1] ")  # same page, same number
 
@@ -59,7 +62,8 @@ def test_open_extracts_the_article_numbers_it_and_cites_it(site):
 def test_search_numbers_results_and_mclick_opens_them(site):
     browser = WebBrowser()
     results = browser.web_search("lighthouse", recency_days=7)
-    assert results.startswith(f"[1] Lighthouses of Brittany ({site}/article)") and f"[2] Notes ({site}/notes.txt)" in results
+    assert results.startswith(f"[1] Lighthouses of Brittany ({site}/article)")
+    assert f"[2] Notes ({site}/notes.txt)" in results
     opened = browser.mclick([2, 9])
     assert "Café crème" in opened and "[9] Error: there is no result [9]" in opened
 

@@ -7,6 +7,7 @@ tokens) is the real one. head_dim is 32 so vLLM's CPU kernels accept it too.
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -144,7 +145,8 @@ def build_scripted_model(folder: Path, pieces: list[str], family: str = "qwen3")
     prompt = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True,
                                            tokenize=False)
     chain = [tokenizer(prompt, add_special_tokens=False)["input_ids"][-1],
-             *(tokenizer.convert_tokens_to_ids(piece) for piece in pieces), tokenizer.convert_tokens_to_ids("<|im_end|>")]
+             *(tokenizer.convert_tokens_to_ids(piece) for piece in pieces),
+             tokenizer.convert_tokens_to_ids("<|im_end|>")]
     config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                          num_attention_heads=2, num_key_value_heads=1, head_dim=32, max_position_embeddings=4096,
                          tie_word_embeddings=False, eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
@@ -158,7 +160,7 @@ def build_scripted_model(folder: Path, pieces: list[str], family: str = "qwen3")
         embeddings = torch.nn.functional.normalize(torch.randn(len(tokenizer), 64), dim=-1)
         model.model.embed_tokens.weight.copy_(embeddings)
         model.lm_head.weight.zero_()
-        for current, successor in zip(chain, chain[1:]):  # a large logit for the successor of each token
+        for current, successor in itertools.pairwise(chain):  # a large logit for the successor of each token
             model.lm_head.weight[successor] += 40 * embeddings[current] / 8  # RMSNorm scales unit vectors by 8
     model.generation_config.do_sample, model.generation_config.temperature = True, 0.6  # as reasoning models use
     model.save_pretrained(folder, safe_serialization=True)

@@ -32,7 +32,12 @@ CHAT_TEMPLATE = (
 def build_tiny_vlm(folder: Path, seed: int = 0) -> Path:
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import Idefics3Config, Idefics3ForConditionalGeneration, Idefics3Processor, PreTrainedTokenizerFast
+    from transformers import (
+        Idefics3Config,
+        Idefics3ForConditionalGeneration,
+        Idefics3Processor,
+        PreTrainedTokenizerFast,
+    )
     from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
 
     folder.mkdir(parents=True, exist_ok=True)

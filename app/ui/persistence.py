@@ -25,8 +25,15 @@ from typing import Any, ParamSpec
 import streamlit as st
 
 from app.conversation import Conversation, Message
-from app.storage import (ConversationNotFound, ConversationStore, StorageError, StoredConversation,
-                         UnreadableConversation, VersionConflict, default_store)
+from app.storage import (
+    ConversationNotFound,
+    ConversationStore,
+    StorageError,
+    StoredConversation,
+    UnreadableConversation,
+    VersionConflict,
+    default_store,
+)
 from app.storage.codec import encode_message_json
 from app.storage.schema import SettingsRecord
 from app.ui import state
