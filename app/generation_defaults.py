@@ -46,7 +46,7 @@ RECOMMENDED: tuple[Recommendation, ...] = (
     # top_p=0.9, do_sample=True". Its generation_config.json holds only token ids.
     Recommendation(r"smollm2", {"temperature": 0.2, "top_p": 0.9}, "SmolLM2 model card"),
     # Not on the card: at 1.0 the embedded 135M model ran 10 of 45 smoke-set answers to the 512-token limit, at
-    # 1.1 none (bench/smoke_set.py, 3 seeds; the HF backend counts the answer's tokens only, see clients/hf.py).
+    # 1.1 none (bench/smoke_set.py, 3 seeds; the HF backend counts the answer's tokens only, see clients/hf/client.py).
     Recommendation(r"smollm2", {"repetition_penalty": 1.1}, "measured by bench/smoke_set.py"),
 )
 

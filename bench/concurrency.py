@@ -11,7 +11,7 @@ Two arrival patterns:
 Targets (SmolLM2 on a 2-core CPU): aggregate with 4 sessions >= 2.5x one session, 8 >= 3.5x; one session >= 0.95x
 the queue's; TTFT p95 with 8 spread sessions < 2x one session's TTFT.
 
-    .venv/bin/python bench/concurrency.py [--model PATH] [--tokens 128] [--sessions 1 2 4 8] [--paths client server]
+    .venv/bin/python -m bench.concurrency [--model PATH] [--tokens 128] [--sessions 1 2 4 8] [--paths client server]
 """
 
 from __future__ import annotations

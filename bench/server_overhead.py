@@ -5,7 +5,7 @@
 2. With vLLM installed (--vllm): our server on the vLLM backend vs vLLM's own OpenAI server, same model and
    requests, both through the `openai` SDK.
 
-    .venv/bin/python bench/server_overhead.py [--tokens 128] [--runs 5] [--vllm]
+    .venv/bin/python -m bench.server_overhead [--tokens 128] [--runs 5] [--vllm]
 """
 
 from __future__ import annotations

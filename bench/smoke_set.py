@@ -10,7 +10,7 @@ expected fact and how many ran to the token limit (the mark of a repetition loop
   system prompt "You are a helpful, concise assistant.");
 - any `--profile NAME=KEY:VALUE,...` (the model defaults with those values changed).
 
-    .venv/bin/python bench/smoke_set.py [--model PATH] [--seeds 3] [--profile rep1.0=repetition_penalty:1.0]
+    .venv/bin/python -m bench.smoke_set [--model PATH] [--seeds 3] [--profile rep1.0=repetition_penalty:1.0]
 """
 
 from __future__ import annotations

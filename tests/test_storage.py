@@ -189,7 +189,7 @@ def test_opening_an_empty_database_migrates_it_to_head_once(database_url):
 
 def test_several_processes_opening_a_new_database_at_once_all_succeed(database_url):
     start = time.time() + 4  # after the imports of all of them: they really open the database together
-    script = ("import sys, time; sys.path.insert(0, '.'); from app.storage import open_database; "
+    script = ("import sys, time; from app.storage import open_database; "
               f"time.sleep(max(0, {start} - time.time())); open_database(sys.argv[1]).dispose(); print('ok')")
     processes = [subprocess.Popen([sys.executable, "-c", script, database_url], cwd=ROOT, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True) for _ in range(4)]

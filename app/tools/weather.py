@@ -56,7 +56,8 @@ def get_weather(city: str) -> str:
         return f"{current.get(key)}{units.get(key, '')}"
 
     code = current.get("weather_code")
-    sky = _WMO.get(code, f"weather code {code}") if isinstance(code, int) else f"weather code {code}"
+    known = isinstance(code, int | float) and code in _WMO  # Open-Meteo sends an integer; 3.0 finds 3 as well
+    sky = _WMO[int(code)] if known else f"weather code {code}"  # type: ignore[arg-type]  # a number: checked above
     return (f"{where} at {current.get('time', 'now')} (local time): {sky}, {value('temperature_2m')} "
             f"(feels like {value('apparent_temperature')}), humidity {value('relative_humidity_2m')}, "
             f"wind {value('wind_speed_10m')}.")

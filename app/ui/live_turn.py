@@ -6,11 +6,10 @@ import json
 import time
 from collections.abc import Callable
 from contextlib import closing
-from typing import assert_never
+from typing import TYPE_CHECKING, assert_never
 
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
-from streamlit.elements.lib.mutable_status_container import StatusContainer
 
 from app.agent import (
     AnswerDone,
@@ -43,6 +42,9 @@ from app.ui.messages import (
 )
 from app.ui.safe_markdown import safe_label, safe_markdown
 from app.ui.sidebar import SidebarState
+
+if TYPE_CHECKING:  # an internal module of Streamlit's: for annotations only, never at run time
+    from streamlit.elements.lib.mutable_status_container import StatusContainer
 
 _FLUSH_EVERY_S = 0.05  # re-render the growing answer at most 20 times a second
 
