@@ -11,7 +11,7 @@ from playwright.sync_api import expect
 
 from app.storage import ConversationStore
 from app.storage.engine import open_database
-from tests.helpers import ARTIFACTS, streamlit_app
+from tests.helpers import ARTIFACTS, settle, streamlit_app
 
 
 def app_serving(smollm2_dir: Path, database_url: str):
@@ -30,9 +30,9 @@ def send(page, text: str, answers_before: int) -> None:
     box = page.get_by_test_id("stChatInputTextArea")
     box.fill(text)
     box.press("Enter")
-    bubbles = page.locator('[data-testid="stChatMessage"]')
-    bubbles.nth(2 * answers_before + 1).get_by_text("tok/s").first.wait_for(timeout=120_000)
-    page.wait_for_timeout(1500)  # the page redraws once after the turn
+    answer = page.locator('[data-testid="stChatMessage"]').nth(2 * answers_before + 1)
+    answer.get_by_text("tok/s").first.wait_for(timeout=120_000)
+    settle(page, answer)  # the page redraws once after the turn
 
 
 def bubbles(page) -> list[str]:
