@@ -33,6 +33,15 @@ def test_the_embedded_gguf_answers(gguf_client):
     assert metrics.completion_tokens > 0 and metrics.prompt_tokens > 10
 
 
+def test_a_seed_repeats_its_answer_and_no_seed_draws_anew(gguf_client):
+    story = ask("Write one sentence about the sea.")
+    seeded = GenerationParams(temperature=1.0, seed=11, max_new_tokens=20)
+    first, _ = collect(gguf_client, story, seeded)
+    assert collect(gguf_client, story, seeded)[0] == first
+    unseeded = {collect(gguf_client, story, GenerationParams(temperature=1.0, max_new_tokens=20))[0] for _ in range(3)}
+    assert len(unseeded) > 1  # after a seeded reply, unseeded ones do not all replay its draws
+
+
 def test_a_next_turn_answers_as_a_fresh_context_does(gguf_client):
     from app.clients.llamacpp import LlamaCppClient
 

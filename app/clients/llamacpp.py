@@ -14,6 +14,7 @@ from __future__ import annotations
 import codecs
 import functools
 import logging
+import secrets
 import threading
 from pathlib import Path
 from typing import Any
@@ -151,8 +152,9 @@ class _Request:
     def _generate(self, feed: EngineFeed) -> None:
         client, prompt, params = self.client, self.prompt, self.prompt.params
         llama = client.llama
-        if params.seed is not None:
-            llama.set_seed(params.seed % 2**32)
+        # The context keeps the last seed it was given: an unseeded reply draws a fresh one, or it would repeat the
+        # previous seeded reply's draws.
+        llama.set_seed(params.seed % 2**32 if params.seed is not None else secrets.randbits(32))
         mask = _GrammarMask(client, prompt.grammar) if prompt.grammar else None
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         generated = 0
