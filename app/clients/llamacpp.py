@@ -17,11 +17,11 @@ import logging
 import secrets
 import threading
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from app.clients.base import ClientError, ModelActivity
+from app.clients.hf.grammar import ConstrainedDecoding
 from app.clients.local import ChatTemplate, LocalTemplateClient, PreparedPrompt
 from app.clients.streaming import EngineFeed, EngineOutput, EngineRequest
 from app.config import ModelSettings
@@ -95,17 +95,9 @@ class LlamaCppClient(LocalTemplateClient):
         return token in self.stop_token_ids or bool(self._llama_cpp.llama_vocab_is_eog(self._vocab, token))
 
     @functools.cached_property
-    def grammar_compiler(self) -> tuple[Any, int]:
-        """This model's grammar compiler (its tokenizer index takes a while to build: on first use) and the size
-        of the logits it masks."""
-        import xgrammar as xgr
-
-        from app.clients.hf.grammar_compile import CACHE_LIMIT_BYTES, DeadlineCompiler
-
-        vocab_size = self.llama.n_vocab()
-        info = xgr.TokenizerInfo.from_huggingface(self.tokenizer, vocab_size=vocab_size,
-                                                  stop_token_ids=self.stop_token_ids or None)
-        return DeadlineCompiler(xgr.GrammarCompiler(info, cache_limit_bytes=CACHE_LIMIT_BYTES)), vocab_size
+    def constrained(self) -> ConstrainedDecoding:
+        """Grammars for this model's vocabulary, as the transformers backend compiles them (on first use)."""
+        return ConstrainedDecoding(self.tokenizer, self.llama.n_vocab(), self.stop_token_ids)
 
     def close(self) -> None:
         with self._lock:
@@ -191,10 +183,7 @@ class _GrammarMask:
     and raised by the request afterwards."""
 
     def __init__(self, client: LlamaCppClient, ebnf: str) -> None:
-        from app.clients.hf.grammar import GrammarProcessor
-
-        compiler, vocab_size = client.grammar_compiler
-        self.processor = GrammarProcessor(compiler.compile_grammar(ebnf), vocab_size)
+        self.processor = client.constrained.logits_processors(ebnf)[0]
         self.error: BaseException | None = None
 
     def __call__(self, input_ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
@@ -203,7 +192,7 @@ class _GrammarMask:
         try:
             row = torch.from_numpy(np.ascontiguousarray(scores, dtype=np.float32)).unsqueeze(0)
             ids = torch.from_numpy(np.asarray(input_ids, dtype=np.int64)).unsqueeze(0)
-            return self.processor(ids, row)[0].numpy()  # type: ignore[arg-type]
+            return self.processor(ids, row)[0].numpy()
         except BaseException as exc:
             self.error = exc
             return np.full_like(scores, -np.inf)

@@ -144,7 +144,8 @@ class HFClient(LocalTemplateClient):
         eos = self.model.generation_config.eos_token_id
         self.template = ChatTemplate(tokenizer, eos if isinstance(eos, list) else [eos],
                                      self._context_window(tokenizer), processor)
-        self._constrained = ConstrainedDecoding(self.tokenizer, self.model, self.stop_token_ids)
+        self._constrained = ConstrainedDecoding(self.tokenizer, self.model.get_output_embeddings().weight.shape[0],
+                                                self.stop_token_ids)
         self.decoder: BatchedDecoder | None = None
         self.queue: GenerationQueue | None = None
         if settings.hf_max_batch > 1 and processor is None and can_batch(self.model):

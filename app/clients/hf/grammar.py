@@ -61,14 +61,16 @@ class GrammarProcessor(LogitsProcessor):
 
 
 class ConstrainedDecoding:
-    """Compiles call grammars for one model's vocabulary; the tokenizer index is built once, on first use."""
+    """Compiles call grammars for one model's vocabulary; the tokenizer index is built once, on first use. Shared by
+    the local engines that mask logits themselves (transformers, llama.cpp)."""
 
-    def __init__(self, tokenizer: Any, model: Any, stop_token_ids: Sequence[int]) -> None:
+    def __init__(self, tokenizer: Any, vocab_size: int, stop_token_ids: Sequence[int]) -> None:
+        """`vocab_size`: the number of logits the model outputs, which may be padded past the tokenizer's; the mask
+        must cover every one."""
         self._tokenizer = tokenizer
-        self._model = model
+        self._vocab_size = vocab_size
         self._stop_token_ids = list(stop_token_ids)
         self._compiler: Any = None
-        self._vocab_size = 0
         self._lock = threading.Lock()
 
     def _grammar_compiler(self) -> Any:
@@ -76,8 +78,6 @@ class ConstrainedDecoding:
 
         with self._lock:
             if self._compiler is None:
-                # The mask must cover every logit, and the model's output layer may be padded past the tokenizer.
-                self._vocab_size = self._model.get_output_embeddings().weight.shape[0]
                 info = xgr.TokenizerInfo.from_huggingface(
                     self._tokenizer, vocab_size=self._vocab_size, stop_token_ids=self._stop_token_ids or None
                 )
