@@ -81,6 +81,7 @@ class ModelSettings:
     max_context_tokens: int = 0  # 0: take the model's own context window
     hf_max_batch: int = 8  # hf: the most answers decoded together (continuous batching); 1: one after another
     hf_prefill_chunk: int = 512  # hf: prompt tokens read per step while others decode (a long prompt's stall)
+    prompt_cache_mb: int = 1024  # hf, llamacpp: memory for the keys/values of earlier prompts (0: no prompt cache)
     llamacpp_threads: int = 0  # llamacpp: CPU threads (0: llama.cpp's default)
     llamacpp_gpu_layers: int = 0  # llamacpp: layers offloaded to the GPU (-1: all)
     api_base_url: str = "http://127.0.0.1:8000/v1"  # openai: any OpenAI-compatible server
@@ -98,6 +99,7 @@ class ModelSettings:
             max_context_tokens=_int("DEMO_MAX_CONTEXT", 0),
             hf_max_batch=max(1, _int("DEMO_HF_MAX_BATCH", cls.hf_max_batch)),
             hf_prefill_chunk=max(16, _int("DEMO_HF_PREFILL_CHUNK", cls.hf_prefill_chunk)),
+            prompt_cache_mb=max(0, _int("DEMO_PROMPT_CACHE_MB", cls.prompt_cache_mb)),
             llamacpp_threads=max(0, _int("DEMO_LLAMACPP_THREADS", 0)),
             llamacpp_gpu_layers=_int("DEMO_LLAMACPP_GPU_LAYERS", 0),
             api_base_url=os.environ.get("DEMO_API_BASE_URL", cls.api_base_url),

@@ -126,6 +126,7 @@ class AnswerMetrics:
     dropped_messages: int = 0
     thinking_tokens: int = 0  # of completion_tokens, those of a reasoning model's thought
     thinking_time_s: float | None = None  # from the request until the thought ended
+    cached_tokens: int = 0  # of prompt_tokens, those the engine's prompt cache already held
 
     def record_timing(self, started: float, first_token: float | None, last_token: float | None) -> None:
         """Total time since `started` and decode speed between the first and the last token (perf_counter)."""
@@ -141,6 +142,8 @@ class AnswerMetrics:
         if self.tokens_per_second is not None:
             parts.append(f"{self.tokens_per_second:.1f} tok/s")
         parts.append(f"prompt {self.prompt_tokens} tokens")
+        if self.cached_tokens:
+            parts.append(f"{self.cached_tokens} cached")
         if self.finish_reason == "length":
             parts.append("cut at max new tokens")
         if self.dropped_messages:

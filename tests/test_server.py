@@ -266,6 +266,23 @@ def test_metrics_count_requests_tokens_latency_and_errors(sdk, api):
     assert _metric(api, "demo_errors_total", kind="invalid_request_error") == not_found + 1
 
 
+def test_a_follow_up_request_reports_its_cached_prompt_tokens(sdk, api):
+    """usage.prompt_tokens_details.cached_tokens, as OpenAI and vLLM report it, and the hits on /metrics."""
+    hits = _metric(api, "demo_prompt_cache_lookups_total", result="hit")
+    cached_total = _metric(api, "demo_prompt_cached_tokens_total")
+    messages = [{"role": "system", "content": "You answer in one short sentence about geography, nothing else."},
+                {"role": "user", "content": "What is the capital of Italy?"}]
+    first = sdk.chat.completions.create(model=MODEL, temperature=0, max_tokens=20, messages=messages)
+    messages += [{"role": "assistant", "content": first.choices[0].message.content},
+                 {"role": "user", "content": "And of Spain?"}]
+    chunks = list(sdk.chat.completions.create(model=MODEL, temperature=0, max_tokens=20, messages=messages,
+                                              stream=True, stream_options={"include_usage": True}))
+    usage = chunks[-1].usage
+    assert usage.prompt_tokens - 15 <= usage.prompt_tokens_details.cached_tokens < usage.prompt_tokens
+    assert _metric(api, "demo_prompt_cache_lookups_total", result="hit") >= hits + 1
+    assert _metric(api, "demo_prompt_cached_tokens_total") >= cached_total + usage.prompt_tokens_details.cached_tokens
+
+
 def test_metrics_show_how_many_answers_share_the_model(api):
     """Three streams at once are written together (continuous batching), and the gauge says so; it is 0 after."""
     body = {"model": MODEL, "stream": True, "max_tokens": 300, "temperature": 0,

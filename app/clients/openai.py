@@ -190,6 +190,9 @@ def _engine_output(chunk: ChatCompletionChunk) -> EngineOutput:
     output = EngineOutput()
     if chunk.usage is not None:
         output.usage = (chunk.usage.prompt_tokens or 0, chunk.usage.completion_tokens or 0)
+        details = chunk.usage.prompt_tokens_details
+        if details is not None and details.cached_tokens is not None:  # servers with a prompt cache say so
+            output.cached_tokens = details.cached_tokens
     for choice in chunk.choices:
         output.text += choice.delta.content or ""
         extra = choice.delta.model_extra or {}  # vLLM's servers name the thought either way, by version

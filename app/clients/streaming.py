@@ -37,6 +37,7 @@ class EngineOutput:
     usage: tuple[int, int] | None = None  # (prompt, completion) tokens, from engines that report totals
     notice: str | None = None  # something the user should know now (e.g. queued behind another session)
     thinking: str = ""  # a reasoning model's thought, from servers that send it apart (reasoning_content)
+    cached_tokens: int | None = None  # prompt tokens the engine took from its prompt cache instead of reading them
 
 
 class EngineFeed:
@@ -170,6 +171,8 @@ class _Reply:
         self.metrics.completion_tokens += output.tokens
         if output.usage is not None:
             self.metrics.prompt_tokens, self.metrics.completion_tokens = output.usage
+        if output.cached_tokens is not None:
+            self.metrics.cached_tokens = output.cached_tokens
         self.engine_reason = output.finish_reason or self.engine_reason
 
     @property

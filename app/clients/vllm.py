@@ -88,6 +88,9 @@ class VLLMClient(LocalTemplateClient):
             distributed_executor_backend=options.distributed_executor_backend,
             enforce_eager=options.enforce_eager,
             quantization=options.quantization or None,
+            # A conversation's next turn and every request with the same system prompt and tools reuse the keys and
+            # values already computed (on by default in vLLM's V1 engine for most models; stated, not assumed).
+            enable_prefix_caching=True,
             **vision_limits,
         )
         self.loop = asyncio.new_event_loop()
@@ -185,7 +188,8 @@ class _Request:
             async for output in self.client.engine.generate(request, self.sampling, self.request_id):
                 completion = output.outputs[0]
                 feed.put(EngineOutput(text=completion.text, tokens=len(completion.token_ids),
-                                      finish_reason=completion.finish_reason))
+                                      finish_reason=completion.finish_reason,
+                                      cached_tokens=getattr(output, "num_cached_tokens", None)))
         except Exception as exc:  # reported to the consumer, never lost in the loop
             feed.fail(exc)
         finally:

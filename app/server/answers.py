@@ -20,6 +20,7 @@ from openai.types.chat.chat_completion import Choice
 from openai.types.chat.chat_completion_chunk import Choice as ChunkChoice
 from openai.types.chat.chat_completion_chunk import ChoiceDelta, ChoiceDeltaToolCall, ChoiceDeltaToolCallFunction
 from openai.types.chat.chat_completion_message_function_tool_call import ChatCompletionMessageFunctionToolCall, Function
+from openai.types.completion_usage import PromptTokensDetails
 
 from app.clients.base import Delta
 from app.conversation import AnswerMetrics, CallFragment, PartialCalls
@@ -56,8 +57,10 @@ class Reply:
         return self.last.metrics if self.last is not None else AnswerMetrics()
 
     def usage(self) -> CompletionUsage:
-        prompt, completion = self.metrics.prompt_tokens, self.metrics.completion_tokens
-        return CompletionUsage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
+        metrics = self.metrics
+        prompt, completion = metrics.prompt_tokens, metrics.completion_tokens
+        return CompletionUsage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion,
+                               prompt_tokens_details=PromptTokensDetails(cached_tokens=metrics.cached_tokens))
 
     def completion(self) -> ChatCompletion:
         """The whole reply. Finished calls as the model made them; a call cut at the token limit as far as it got

@@ -29,6 +29,12 @@ class ServerMetrics:
         self.prompt_tokens = Counter("demo_prompt_tokens", "Prompt tokens processed.", registry=self.registry)
         self.completion_tokens = Counter("demo_completion_tokens", "Completion tokens generated.",
                                          registry=self.registry)
+        self.cached_tokens = Counter("demo_prompt_cached_tokens",
+                                     "Prompt tokens taken from the engine's prompt cache instead of being read.",
+                                     registry=self.registry)
+        self.prompt_cache = Counter("demo_prompt_cache_lookups",
+                                    "Chat completions by whether the engine's prompt cache held part of their prompt.",
+                                    ["result"], registry=self.registry)
         self.finished = Counter("demo_chat_completions", "Chat completions finished, by finish reason.",
                                 ["finish_reason"], registry=self.registry)
         self.time_to_first_token = Histogram("demo_time_to_first_token_seconds",
@@ -56,6 +62,8 @@ class ServerMetrics:
     def record_answer(self, metrics: AnswerMetrics, finish_reason: str, duration_s: float) -> None:
         self.prompt_tokens.inc(metrics.prompt_tokens)
         self.completion_tokens.inc(metrics.completion_tokens)
+        self.cached_tokens.inc(metrics.cached_tokens)
+        self.prompt_cache.labels("hit" if metrics.cached_tokens else "miss").inc()
         self.finished.labels(finish_reason).inc()
         if metrics.time_to_first_token_s is not None:
             self.time_to_first_token.observe(metrics.time_to_first_token_s)

@@ -10,7 +10,8 @@ A message record is a JSON object; fields at their default are left out when wri
      "metrics": {"prompt_tokens": int, "completion_tokens": int, "time_to_first_token_s": float | null,
                  "tokens_per_second": float | null, "total_time_s": float,
                  "finish_reason": "stop" | "length" | "cancelled" | "tool_calls" | "error" | null,
-                 "dropped_messages": int, "thinking_tokens": int, "thinking_time_s": float | null},
+                 "dropped_messages": int, "thinking_tokens": int, "thinking_time_s": float | null,
+                 "cached_tokens": int},
      "error": str, "tool_status": "ok" | "failed" | "stopped", "duration_s": float, "display_text": str,
      "attachments": [{"kind": "image" | "document", "name": str, "note": str, "text": str,
                       "data": standard base64 of the bytes}],
@@ -93,6 +94,7 @@ class MetricsRecord(Record):
     dropped_messages: int = 0
     thinking_tokens: int = 0
     thinking_time_s: float | None = None
+    cached_tokens: int = 0
 
 
 class AttachmentRecord(Record):

@@ -29,7 +29,8 @@ import torch
 from transformers import DynamicCache
 
 from app.clients.base import ClientError, ModelActivity
-from app.clients.hf.batch_cache import BatchCache, is_plain_cache
+from app.clients.hf.batch_cache import BatchCache, has_plain_cache
+from app.clients.hf.prompt_cache import PromptCache, layers_of
 from app.clients.hf.sampling import TokenPicker
 from app.clients.hf.streamer import IncrementalTextStreamer
 from app.clients.streaming import EngineFeed, EngineOutput
@@ -75,10 +76,7 @@ def can_batch(model: Any) -> bool:
     if any(getattr(generation, name, default) not in (default, None) for name, default in
            _UNBATCHED_GENERATION_SETTINGS.items()):
         return False
-    try:
-        return is_plain_cache(DynamicCache(config=model.config))
-    except Exception:  # a config the cache cannot read: decode alone, with generate()
-        return False
+    return has_plain_cache(model)  # else decode alone, with generate()
 
 
 class BatchedReply:
@@ -98,6 +96,7 @@ class BatchedReply:
         self._tokenizer = tokenizer
         self.streamer: IncrementalTextStreamer | None = None
         self.done = False
+        self.failed = False  # its cache may be incomplete: not one to keep
 
     @property
     def cancelled(self) -> bool:
@@ -141,14 +140,16 @@ class BatchedReply:
     def fail(self, error: BaseException) -> None:
         if not self.done and self.feed is not None:
             self.feed.fail(error)
+        self.failed = True
         self.end(None)
 
 
 class BatchedDecoder:
     """Decodes up to `max_batch` replies together on its own thread; more wait in arrival order."""
 
-    def __init__(self, model: Any, max_batch: int, prefill_chunk: int) -> None:
+    def __init__(self, model: Any, max_batch: int, prefill_chunk: int, prompt_cache: PromptCache | None = None) -> None:
         self.model = model
+        self.prompt_cache = prompt_cache
         use_faster_cpu_head(model)
         self.max_batch = max_batch
         self.prefill_chunk = prefill_chunk
@@ -237,6 +238,24 @@ class BatchedDecoder:
             self._stop_prefilling(reply)
         self._leave([r for r in self._decoding if r.cancelled])
 
+    def _new_cache(self, reply: BatchedReply) -> DynamicCache:
+        """The reply's own cache, holding already the longest prefix of its prompt the prompt cache has (at least one
+        token is left to read: its logits pick the first token)."""
+        cache = DynamicCache(config=self.model.config)
+        if self.prompt_cache is not None:
+            reply.fed = self.prompt_cache.prefill(cache, reply.ids, reply.prompt_length - 1)
+            if reply.feed is not None:
+                reply.feed.put(EngineOutput(cached_tokens=reply.fed))
+        return cache
+
+    def _remember(self, reply: BatchedReply, row: int) -> None:
+        """Keep in the prompt cache what the batch's `row` holds for `reply`: its last `fed` positions (the rest is
+        the left padding of the batch), copied out of the batch's tensors."""
+        if self.prompt_cache is None or reply.failed or self._batch.cache is None:
+            return
+        layers = [(keys.clone(), values.clone()) for keys, values in layers_of(self._batch.cache, row, reply.fed)]
+        self.prompt_cache.store(reply.ids[: reply.fed], layers)
+
     def _stop_prefilling(self, reply: BatchedReply) -> None:
         """Out of the prefill list; into the batch if it goes on. (Under the lock, as every change of the lists:
         activity() never sees a reply in neither.)"""
@@ -252,6 +271,9 @@ class BatchedDecoder:
         """Take `replies` out of the batch (and its cache) and end them."""
         if not replies:
             return
+        for row, reply in enumerate(self._decoding):
+            if reply in replies:
+                self._remember(reply, row)
         with self._wake:
             keep = [i for i, reply in enumerate(self._decoding) if reply not in replies]
             self._batch.keep(keep)
@@ -275,12 +297,12 @@ class BatchedDecoder:
         for reply in list(self._prefilling):
             if budget <= 0:
                 break
-            start = reply.fed
-            end = min(reply.prompt_length, start + budget)
-            budget -= end - start
             try:
                 if reply.cache is None:
-                    reply.cache = DynamicCache(config=self.model.config)
+                    reply.cache = self._new_cache(reply)
+                start = reply.fed
+                end = min(reply.prompt_length, start + budget)
+                budget -= end - start
                 logits = self._forward(
                     torch.tensor([reply.ids[start:end]], device=device),
                     torch.arange(start, end, device=device).unsqueeze(0),
@@ -289,6 +311,10 @@ class BatchedDecoder:
                 reply.fed = end
                 if end < reply.prompt_length:
                     continue
+                if self.prompt_cache is not None:
+                    # The prompt alone, for the requests that share it while this reply is written (its tensors
+                    # are replaced, never changed, as the batch grows: no copy needed).
+                    self.prompt_cache.store(reply.ids[:end], layers_of(reply.cache))
                 reply.take(reply.picker.pick(torch.tensor([reply.ids], device=device), logits))
             except Exception as exc:  # this prompt's failure (memory, a grammar), not the batch's
                 log.exception("Prefill failed")

@@ -20,6 +20,15 @@ def is_plain_cache(cache: DynamicCache) -> bool:
     return bool(cache.layers) and all(type(layer) is DynamicLayer for layer in cache.layers)
 
 
+def has_plain_cache(model: Any) -> bool:
+    """The cache `model` builds is a plain one (is_plain_cache): the only kind that can be batched and kept in the
+    prompt cache (app/clients/hf/prompt_cache.py)."""
+    try:
+        return is_plain_cache(DynamicCache(config=model.config))
+    except Exception:  # a config the cache cannot read
+        return False
+
+
 class BatchCache:
     """One DynamicCache for the batch, its rows left-padded to a common length, and the attention mask [rows,
     length] that is False on the padding."""
@@ -38,13 +47,13 @@ class BatchCache:
 
     def add(self, cache: DynamicCache) -> None:
         """Append a lone reply's cache (one row, no padding) as the batch's last row."""
-        length = _layers(cache)[0].keys.shape[-2]
-        mask = torch.ones((1, length), dtype=torch.bool, device=_layers(cache)[0].keys.device)
+        length = plain_layers(cache)[0].keys.shape[-2]
+        mask = torch.ones((1, length), dtype=torch.bool, device=plain_layers(cache)[0].keys.device)
         if self.cache is None or self.mask is None:
             self.cache, self.mask = cache, mask
             return
         target = max(self.length, length)
-        for mine, theirs in zip(_layers(self.cache), _layers(cache), strict=True):
+        for mine, theirs in zip(plain_layers(self.cache), plain_layers(cache), strict=True):
             mine.keys = torch.cat([_pad_left(mine.keys, target), _pad_left(theirs.keys, target)])
             mine.values = torch.cat([_pad_left(mine.values, target), _pad_left(theirs.values, target)])
         self.mask = torch.cat([_pad_left(self.mask, target), _pad_left(mask, target)])
@@ -60,7 +69,7 @@ class BatchCache:
         mask = self.mask.index_select(0, index)
         first = int(mask.any(dim=0).int().argmax())  # the first column some row still uses
         self.mask = mask[:, first:]
-        for layer in _layers(self.cache):  # a model spread over several GPUs has its layers on several devices
+        for layer in plain_layers(self.cache):  # a model spread over several GPUs has its layers on several devices
             rows_here = index.to(layer.keys.device)
             layer.keys = layer.keys.index_select(0, rows_here)[..., first:, :]
             layer.values = layer.values.index_select(0, rows_here)[..., first:, :]
@@ -83,7 +92,7 @@ def _pad_left(tensor: torch.Tensor, length: int) -> torch.Tensor:
     return torch.cat([tensor.new_zeros(shape), tensor], dim=axis)
 
 
-def _layers(cache: DynamicCache) -> list[Any]:
+def plain_layers(cache: DynamicCache) -> list[Any]:
     """The cache's layers, each with `keys` and `values` [rows, heads, positions, head_dim]: a plain cache's
     (is_plain_cache), whose layers all hold both (transformers types them as a union with attention-free layers)."""
     return list(cache.layers)

@@ -24,6 +24,7 @@ from transformers import (
     AutoModelForCausalLM,
     AutoModelForImageTextToText,
     AutoTokenizer,
+    DynamicCache,
     LogitsProcessorList,
     StoppingCriteria,
     StoppingCriteriaList,
@@ -31,7 +32,9 @@ from transformers import (
 
 from app.clients.base import ClientError, ModelActivity
 from app.clients.hf.batch import BatchedDecoder, BatchedReply, can_batch
+from app.clients.hf.batch_cache import has_plain_cache
 from app.clients.hf.grammar import ConstrainedDecoding
+from app.clients.hf.prompt_cache import PromptCache, layers_of
 from app.clients.hf.sampling import TokenPicker, answer_processors, suppressed_tokens, torch_seed
 from app.clients.hf.streamer import IncrementalTextStreamer
 from app.clients.local import ChatTemplate, LocalTemplateClient, PreparedPrompt, resolve_model_path
@@ -148,8 +151,12 @@ class HFClient(LocalTemplateClient):
                                                 self.stop_token_ids)
         self.decoder: BatchedDecoder | None = None
         self.queue: GenerationQueue | None = None
+        self.prompt_cache: PromptCache | None = None
+        if settings.prompt_cache_mb > 0 and processor is None and has_plain_cache(self.model):
+            self.prompt_cache = PromptCache(settings.prompt_cache_mb * 2**20)
         if settings.hf_max_batch > 1 and processor is None and can_batch(self.model):
-            self.decoder = BatchedDecoder(self.model, settings.hf_max_batch, settings.hf_prefill_chunk)
+            self.decoder = BatchedDecoder(self.model, settings.hf_max_batch, settings.hf_prefill_chunk,
+                                          self.prompt_cache)
             # Its thread stops when this client is closed, collected or the interpreter exits (a thread killed
             # inside a torch kernel at exit aborts the process: "terminate called without an active exception").
             weakref.finalize(self, self.decoder.close)
@@ -174,6 +181,8 @@ class HFClient(LocalTemplateClient):
         name = self.model_path.name
         template = ", generic chat template" if self.template.uses_fallback_template else ""
         batching = f" · batches of {self.decoder.max_batch}" if self.decoder is not None else ""
+        if self.prompt_cache is not None:
+            batching += f" · prompt cache {self.prompt_cache.max_bytes // 2**20} MB"
         return (f"transformers · {name} · {self.device} · {self.model.dtype}{template} · context {self.context_window}"
                 f"{batching}")
 
@@ -282,16 +291,33 @@ class _Generation:
             )
             if self.prompt.params.seed is not None:
                 torch.manual_seed(torch_seed(self.prompt.params.seed))
+            cache = self._cache_with_prefix(feed)
             with torch.inference_mode():
-                self.client.model.generate(
-                    **self.kwargs, streamer=streamer,
+                sequences = self.client.model.generate(
+                    **self.kwargs, streamer=streamer, past_key_values=cache,
                     stopping_criteria=StoppingCriteriaList([CancelCriteria(self.cancel, self.aborted)]),
                 )
+            if cache is not None and self.client.prompt_cache is not None:
+                # What generate() left in the cache: the prompt and the answer but its last token.
+                held = cache.get_seq_length()
+                sequences = getattr(sequences, "sequences", sequences)  # a config may ask generate() for a dict
+                self.client.prompt_cache.store(sequences[0, :held].tolist(), layers_of(cache))
             feed.put(EngineOutput(finish_reason=self._finish_reason(streamer)))
         except BaseException as exc:  # reported to the consumer, never lost in the thread
             feed.fail(exc)
         finally:
             feed.close()
+
+    def _cache_with_prefix(self, feed: EngineFeed) -> DynamicCache | None:
+        """A cache for generate() holding already the longest prefix of the prompt the prompt cache has (None: no
+        prompt cache for this model, or a prompt with images, whose positions depend on more than its tokens)."""
+        prompt_cache = self.client.prompt_cache
+        if prompt_cache is None or self.prompt.encoded.image_inputs:
+            return None
+        cache = DynamicCache(config=self.client.model.config)
+        cached = prompt_cache.prefill(cache, self.prompt.token_ids, len(self.prompt.token_ids) - 1)
+        feed.put(EngineOutput(cached_tokens=cached))
+        return cache
 
     def _finish_reason(self, streamer: IncrementalTextStreamer) -> str | None:
         """generate() does not say why it stopped: a stop token, the token limit, or (None) Stop."""
