@@ -4,9 +4,10 @@ The prompt is built as for the other local engines (app/clients/local.py): the G
 with the tokenizer transformers reads from the same file, so the dialects, the context fitting and the grammars are
 the ones every local backend uses. llama.cpp then only evaluates token ids and samples.
 
-One llama.cpp context holds one sequence and is not thread-safe, so requests take turns on it (a lock), and the
-next request reuses the cached keys and values of the longest prefix it shares with the previous one
-(`Llama.generate` compares the token ids): a conversation's next turn reads only its new messages.
+One llama.cpp context holds one sequence and is not thread-safe, so requests take turns on it (a lock). A request
+reuses the keys and values of the longest prefix it shares with the live sequence or with the kept sequences of
+other conversations (app/clients/llamacpp_cache.py): a conversation's next turn reads only its new messages, also
+when another conversation was answered in between.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import numpy as np
 
 from app.clients.base import ClientError, ModelActivity
 from app.clients.hf.grammar import ConstrainedDecoding
+from app.clients.llamacpp_cache import ContextCache
 from app.clients.local import ChatTemplate, LocalTemplateClient, PreparedPrompt
 from app.clients.streaming import EngineFeed, EngineOutput, EngineRequest
 from app.config import ModelSettings
@@ -72,14 +74,16 @@ class LlamaCppClient(LocalTemplateClient):
             raise ClientError(f"llama.cpp could not load {self.model_path.name}: {exc}") from exc
         self._vocab = llama_cpp.llama_model_get_vocab(self.llama.model)
         self.template = ChatTemplate(tokenizer, [self.llama.token_eos()], self.llama.n_ctx())
+        self.context_cache = ContextCache(self.llama, llama_cpp, settings.prompt_cache_mb * 2**20)
         self._lock = threading.Lock()  # one context, one sequence: requests take turns
         self._waiting = 0
         self._generating = 0
         self._count_lock = threading.Lock()
 
     def describe(self) -> str:
+        cache = f" · prompt cache {self.settings.prompt_cache_mb} MB" if self.context_cache.kept.max_bytes else ""
         return (f"llama.cpp · {self.model_path.name} · context {self.context_window} · "
-                f"{self.settings.llamacpp_gpu_layers} GPU layers")
+                f"{self.settings.llamacpp_gpu_layers} GPU layers{cache}")
 
     def engine_request(self, prompt: PreparedPrompt, cancel: threading.Event) -> EngineRequest:
         return _Request(self, prompt, cancel)
@@ -151,6 +155,7 @@ class _Request:
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         generated = 0
         finish = "length"
+        feed.put(EngineOutput(cached_tokens=client.context_cache.prepare(prompt.token_ids)))
         tokens = llama.generate(
             prompt.token_ids, temp=0.0 if params.greedy else params.temperature, top_p=params.top_p,
             top_k=params.top_k, min_p=0.0, repeat_penalty=params.repetition_penalty, reset=True,
