@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 # This machine's pip config lists local indexes that may not exist; keep their warnings out of the log.
 QUIET_PIP := sed '/^WARNING: Location .file:/d'
 
-.PHONY: setup setup-vllm setup-vllm-cpu setup-llamacpp test-llamacpp run serve mcp lint test test-vllm test-newcomer bench model browser sandbox clean
+.PHONY: setup setup-vllm setup-vllm-cpu setup-llamacpp llama-server test-llamacpp run serve mcp lint test test-vllm test-newcomer bench model browser sandbox clean
 
 setup: $(STAMP) model sandbox
 
@@ -50,6 +50,21 @@ $(VENV)/.llamacpp: $(STAMP)
 	@echo "Building llama-cpp-python into $(VENV) (a few minutes)..."
 	@$(PIP) install --quiet llama-cpp-python==0.3.36 2>&1 | $(QUIET_PIP)
 	@touch $@
+
+# llama.cpp's own server, for bench/peer_speed.py: built from the llama.cpp source that llama-cpp-python's source
+# distribution carries (the same version the binding runs), for this CPU; about 10 minutes on 2 cores.
+LLAMA_SRC := $(VENV)/llama-server/llama_cpp_python-0.3.36/vendor/llama.cpp
+llama-server: $(VENV)/llama-server/build/bin/llama-server
+$(VENV)/llama-server/build/bin/llama-server: $(STAMP)
+	@echo "Building llama-server from llama-cpp-python 0.3.36's source (about 10 minutes on 2 cores)..."
+	@mkdir -p $(VENV)/llama-server
+	@$(PIP) download --quiet --no-deps --no-binary :all: llama-cpp-python==0.3.36 -d $(VENV)/llama-server 2>&1 | $(QUIET_PIP)
+	@tar xzf $(VENV)/llama-server/llama_cpp_python-0.3.36.tar.gz -C $(VENV)/llama-server
+	@cmake -S $(LLAMA_SRC) -B $(VENV)/llama-server/build -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
+	  -DGGML_NATIVE=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
+	  -DLLAMA_BUILD_EXAMPLES=OFF $(CMAKE_ARGS) > $(VENV)/llama-server/build.log 2>&1 || { tail -30 $(VENV)/llama-server/build.log; exit 1; }
+	@cmake --build $(VENV)/llama-server/build --target llama-server -j$$(nproc) >> $(VENV)/llama-server/build.log 2>&1 \
+	  || { tail -30 $(VENV)/llama-server/build.log; exit 1; }
 
 # Converts the embedded GGUF into a safetensors folder once (~30 s); instant when the cache already has it.
 model: $(STAMP)

@@ -82,7 +82,7 @@ class ModelSettings:
     hf_max_batch: int = 8  # hf: the most answers decoded together (continuous batching); 1: one after another
     hf_prefill_chunk: int = 512  # hf: prompt tokens read per step while others decode (a long prompt's stall)
     prompt_cache_mb: int = 1024  # hf, llamacpp: memory for the keys/values of earlier prompts (0: no prompt cache)
-    llamacpp_threads: int = 0  # llamacpp: CPU threads (0: llama.cpp's default)
+    llamacpp_threads: int = 0  # llamacpp: CPU threads (0: one per physical core, as llama-server picks)
     llamacpp_gpu_layers: int = 0  # llamacpp: layers offloaded to the GPU (-1: all)
     api_base_url: str = "http://127.0.0.1:8000/v1"  # openai: any OpenAI-compatible server
     api_key: str = ""

@@ -266,6 +266,12 @@ def test_metrics_count_requests_tokens_latency_and_errors(sdk, api):
     assert _metric(api, "demo_errors_total", kind="invalid_request_error") == not_found + 1
 
 
+def test_ignore_eos_writes_max_tokens_as_vllm_and_llama_server_do(sdk):
+    reply = sdk.chat.completions.create(model=MODEL, temperature=0, max_tokens=30, extra_body={"ignore_eos": True},
+                                        messages=[{"role": "user", "content": "Say hi."}])
+    assert reply.usage.completion_tokens == 30 and reply.choices[0].finish_reason == "length"
+
+
 def test_a_follow_up_request_reports_its_cached_prompt_tokens(sdk, api):
     """usage.prompt_tokens_details.cached_tokens, as OpenAI and vLLM report it, and the hits on /metrics."""
     hits = _metric(api, "demo_prompt_cache_lookups_total", result="hit")

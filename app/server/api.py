@@ -82,7 +82,8 @@ def command_line_settings(argv: list[str] | None = None) -> ServerSettings:
     env = ServerSettings.from_env()
     parser = argparse.ArgumentParser(prog="python -m app.server",
                                      description="OpenAI-compatible API over the demo's backends.")
-    parser.add_argument("--backend", default=env.model.backend, help="hf, vllm or openai (default: %(default)s)")
+    parser.add_argument("--backend", default=env.model.backend,
+                        help="hf, llamacpp, vllm or openai (default: %(default)s)")
     parser.add_argument("--model", default=env.model.model_path, help="local model folder (default: embedded SmolLM2)")
     parser.add_argument("--served-model-name", default=env.served_name,
                         help="the model id clients use (default: folder name)")

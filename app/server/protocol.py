@@ -171,6 +171,8 @@ class ChatRequest(BaseModel):
     logprobs: bool = False
     # vLLM's extension: keyword arguments for the chat template. The one a front end sends is enable_thinking.
     chat_template_kwargs: dict[str, Any] | None = None
+    # vLLM's and llama-server's extension, for benchmarks: write max_tokens tokens whatever the model would end on.
+    ignore_eos: bool = False
 
 
 def check_size(request: ChatRequest, max_messages: int, max_chars: int) -> None:
@@ -230,6 +232,7 @@ def generation_params(request: ChatRequest, defaults: GenerationDefaults, defaul
             stop=stop,
             seed=request.seed,
             thinking=(request.chat_template_kwargs or {}).get("enable_thinking"),
+            ignore_eos=request.ignore_eos or None,
         )
     except ValueError as exc:
         raise APIError(400, str(exc)) from exc

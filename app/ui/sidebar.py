@@ -124,7 +124,7 @@ def _model_settings(backend: str, defaults: ModelSettings) -> ModelSettings:
                 help="Layers offloaded to the GPU (a CUDA or Metal build of llama-cpp-python): -1 all, 0 none."))
             threads = int(st.number_input(
                 "Threads", 0, 256, defaults.llamacpp_threads, key="settings.model.llamacpp_threads",
-                help="CPU threads; 0: llama.cpp's default (half the cores for generating, all for the prompt)."))
+                help="CPU threads; 0: one per physical core, as llama-server picks."))
         return replace(defaults, backend=backend, model_path=model_path.strip(), llamacpp_gpu_layers=gpu_layers,
                        llamacpp_threads=threads)
     if backend == "vllm":
