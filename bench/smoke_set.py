@@ -82,12 +82,13 @@ def profiles(client: HFClient, extra: list[str]) -> dict[str, tuple[dict, str]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="", help="model folder (default: the embedded SmolLM2)")
+    parser.add_argument("--dtype", default="auto", help="float32, bfloat16 (default: what the app loads)")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=512)
     parser.add_argument("--profile", action="append", default=[], metavar="NAME=KEY:VALUE,...",
                         help="another column: the model defaults with these values changed")
     args = parser.parse_args()
-    client = HFClient(ModelSettings(model_path=args.model, device="cpu"))
+    client = HFClient(ModelSettings(model_path=args.model, device="cpu", dtype=args.dtype))
     data = json.loads(SMOKE_SET.read_text())
     columns = profiles(client, args.profile)
     print(f"{client.describe()}\nmodel defaults: {client.generation_defaults.describe()}")

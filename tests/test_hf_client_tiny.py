@@ -111,7 +111,7 @@ def test_concurrent_sessions_are_not_mixed(tiny_client):
 
 
 def test_with_batching_off_a_waiting_session_is_told_and_can_cancel_while_waiting(tiny_model_dir):
-    tiny_client = HFClient(ModelSettings(model_path=str(tiny_model_dir), device="cpu", hf_max_batch=1))
+    tiny_client = HFClient(ModelSettings(dtype="float32", model_path=str(tiny_model_dir), device="cpu", hf_max_batch=1))
     assert tiny_client.decoder is None and "batches" not in tiny_client.describe()
     hold = threading.Event()
     release = threading.Event()
@@ -142,7 +142,7 @@ def test_with_batching_off_a_waiting_session_is_told_and_can_cancel_while_waitin
 
 
 def test_oldest_turns_are_dropped_to_fit_the_context_window(tiny_model_dir):
-    client = HFClient(ModelSettings(model_path=str(tiny_model_dir), max_context_tokens=120))
+    client = HFClient(ModelSettings(dtype="float32", model_path=str(tiny_model_dir), max_context_tokens=120))
     history = []
     for i in range(6):
         history += [{"role": "user", "content": f"Old question {i} about Paris"},
@@ -175,7 +175,7 @@ def _tool_turns(count: int) -> list[dict]:
 
 
 def test_fitting_keeps_the_newest_whole_turns_that_fit_exactly_as_counting_every_cut_would(tiny_model_dir):
-    client = HFClient(ModelSettings(model_path=str(tiny_model_dir), max_context_tokens=400))
+    client = HFClient(ModelSettings(dtype="float32", model_path=str(tiny_model_dir), max_context_tokens=400))
     tools = ToolRequest(tuple([CALCULATOR]))
     messages = [{"role": "system", "content": "Be brief."}, *_tool_turns(40), {"role": "user", "content": "And 7?"}]
     prompt = client.template.prepare(messages, GenerationParams(max_new_tokens=40), tools)
@@ -191,7 +191,7 @@ def test_fitting_keeps_the_newest_whole_turns_that_fit_exactly_as_counting_every
 
 def test_fitting_ten_thousand_messages_renders_each_message_about_once(tiny_model_dir, monkeypatch):
     """Linear, not quadratic: counting the prompt once per dropped turn took minutes for 10,000 messages."""
-    client = HFClient(ModelSettings(model_path=str(tiny_model_dir), max_context_tokens=300))
+    client = HFClient(ModelSettings(dtype="float32", model_path=str(tiny_model_dir), max_context_tokens=300))
     rendered: list[int] = []
     render = client.template.render
     monkeypatch.setattr(client.template, "render",
@@ -208,7 +208,7 @@ def test_fitting_ten_thousand_messages_renders_each_message_about_once(tiny_mode
 
 
 def test_a_message_longer_than_the_context_window_is_a_clear_error(tiny_model_dir):
-    client = HFClient(ModelSettings(model_path=str(tiny_model_dir), max_context_tokens=64))
+    client = HFClient(ModelSettings(dtype="float32", model_path=str(tiny_model_dir), max_context_tokens=64))
     with pytest.raises(ClientError, match="only 32 fit"):
         collect(client, [{"role": "user", "content": "word " * 200}], GenerationParams(max_new_tokens=40))
 
@@ -220,7 +220,7 @@ def test_stop_tokens_come_from_the_tokenizer_and_the_template(tiny_client):
 
 @pytest.mark.parametrize("max_batch", [1, 8])
 def test_generation_failure_in_the_thread_becomes_a_client_error(tiny_model_dir, max_batch, monkeypatch):
-    client = HFClient(ModelSettings(model_path=str(tiny_model_dir), device="cpu", hf_max_batch=max_batch))
+    client = HFClient(ModelSettings(dtype="float32", model_path=str(tiny_model_dir), device="cpu", hf_max_batch=max_batch))
 
     def broken(*args, **kwargs):
         raise RuntimeError("out of memory (simulated by the test)")
@@ -239,7 +239,7 @@ def test_generation_failure_in_the_thread_becomes_a_client_error(tiny_model_dir,
 )
 def test_bad_model_paths_are_actionable_errors(path, message):
     with pytest.raises(ClientError, match=message):
-        HFClient(ModelSettings(model_path=path))
+        HFClient(ModelSettings(dtype="float32", model_path=path))
 
 
 def test_corrupt_weights_are_reported_not_raised_raw(tiny_model_dir, tmp_path):
@@ -249,7 +249,7 @@ def test_corrupt_weights_are_reported_not_raised_raw(tiny_model_dir, tmp_path):
         (broken / item.name).write_bytes(item.read_bytes())
     (broken / "model.safetensors").write_bytes(b"not a safetensors file")
     with pytest.raises(ClientError, match="Could not load the model"):
-        HFClient(ModelSettings(model_path=str(broken)))
+        HFClient(ModelSettings(dtype="float32", model_path=str(broken)))
 
 
 @pytest.mark.parametrize(

@@ -37,8 +37,8 @@ def answer(client: HFClient, messages, params=GREEDY) -> tuple[str, int, int]:
     return text, metrics.prompt_tokens, metrics.cached_tokens
 
 
-def client_for(model_dir, **settings) -> HFClient:
-    return HFClient(ModelSettings(model_path=str(model_dir), device="cpu", **settings))
+def client_for(model_dir, dtype: str = "float32", **settings) -> HFClient:
+    return HFClient(ModelSettings(dtype=dtype, model_path=str(model_dir), device="cpu", **settings))
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +138,7 @@ def test_the_memory_bound_is_a_setting_and_zero_turns_the_cache_off(tiny_model_d
 
 @pytest.mark.model
 def test_smollm2_answers_a_follow_up_from_the_cache_as_it_does_without(smol_client, smollm2_dir):
-    plain = client_for(smollm2_dir, prompt_cache_mb=0)
+    plain = client_for(smollm2_dir, dtype="auto", prompt_cache_mb=0)  # the precision smol_client loads in
     try:
         messages = [{"role": "user", "content": "What is the capital of France?"}]
         text, _, _ = answer(smol_client, messages)

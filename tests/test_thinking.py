@@ -112,7 +112,7 @@ def thinker_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def thinker(thinker_dir):
-    return HFClient(ModelSettings(model_path=str(thinker_dir), device="cpu"))
+    return HFClient(ModelSettings(dtype="float32", model_path=str(thinker_dir), device="cpu"))
 
 
 def test_the_template_is_recognised_as_a_reasoning_one_with_a_switch(thinker, tiny_client):
@@ -135,7 +135,7 @@ def test_the_thought_streams_apart_from_the_answer_through_the_real_client(think
 
 
 def test_a_thought_the_prompt_opens_is_split_too(tmp_path):
-    client = HFClient(ModelSettings(model_path=str(build_scripted_model(tmp_path / "r1", [*THOUGHT, "</think>", "4."],
+    client = HFClient(ModelSettings(dtype="float32", model_path=str(build_scripted_model(tmp_path / "r1", [*THOUGHT, "</think>", "4."],
                                                                         family="r1")), device="cpu"))
     text, deltas = collect(client, [{"role": "user", "content": "What is 2 + 2?"}], GREEDY)
     assert text.strip() == "4." and "".join(d.thinking for d in deltas) == "".join(THOUGHT)

@@ -41,7 +41,7 @@ ASK = [{"role": "system", "content": "You are helpful."}, {"role": "user", "cont
 @pytest.fixture(scope="module", params=["qwen", "glm4", "llama3"])
 def family_client(request, tmp_path_factory):
     folder = build_tiny_model(tmp_path_factory.mktemp(request.param), family=request.param)
-    return HFClient(ModelSettings(model_path=str(folder), device="cpu"))
+    return HFClient(ModelSettings(dtype="float32", model_path=str(folder), device="cpu"))
 
 
 def test_the_dialect_is_read_from_the_template(family_client):
