@@ -220,7 +220,8 @@ def test_stop_tokens_come_from_the_tokenizer_and_the_template(tiny_client):
 
 @pytest.mark.parametrize("max_batch", [1, 8])
 def test_generation_failure_in_the_thread_becomes_a_client_error(tiny_model_dir, max_batch, monkeypatch):
-    client = HFClient(ModelSettings(dtype="float32", model_path=str(tiny_model_dir), device="cpu", hf_max_batch=max_batch))
+    client = HFClient(ModelSettings(dtype="float32", model_path=str(tiny_model_dir), device="cpu",
+                                    hf_max_batch=max_batch))
 
     def broken(*args, **kwargs):
         raise RuntimeError("out of memory (simulated by the test)")

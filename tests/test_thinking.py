@@ -135,8 +135,8 @@ def test_the_thought_streams_apart_from_the_answer_through_the_real_client(think
 
 
 def test_a_thought_the_prompt_opens_is_split_too(tmp_path):
-    client = HFClient(ModelSettings(dtype="float32", model_path=str(build_scripted_model(tmp_path / "r1", [*THOUGHT, "</think>", "4."],
-                                                                        family="r1")), device="cpu"))
+    folder = build_scripted_model(tmp_path / "r1", [*THOUGHT, "</think>", "4."], family="r1")
+    client = HFClient(ModelSettings(dtype="float32", model_path=str(folder), device="cpu"))
     text, deltas = collect(client, [{"role": "user", "content": "What is 2 + 2?"}], GREEDY)
     assert text.strip() == "4." and "".join(d.thinking for d in deltas) == "".join(THOUGHT)
 
