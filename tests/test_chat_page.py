@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from contextlib import closing
 
@@ -38,6 +39,14 @@ def test_send_streams_an_answer_with_metrics(app):
     assert (role1, text1) == ("user", "Hello there")
     assert role2 == "assistant" and text2.strip()
     assert "12 tokens" in captions[0] and "tok/s" in captions[0] and "cut at max new tokens" in captions[0]
+
+
+def test_a_next_turn_says_how_much_of_its_prompt_was_cached(app):
+    send(app, "Hello there")
+    assert "cached" not in messages(app)[1][2][0]
+    send(app, "Tell me more")
+    found = re.search(r"prompt (\d+) tokens · (\d+) cached", messages(app)[3][2][0])
+    assert found and 0 < int(found[2]) < int(found[1])
 
 
 def test_clear_empties_the_conversation(app):

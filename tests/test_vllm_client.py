@@ -32,6 +32,19 @@ def test_greedy_output_matches_the_transformers_backend(vllm_tiny, tiny_client):
     assert collect(vllm_tiny, HELLO, params)[0] == collect(tiny_client, HELLO, params)[0]
 
 
+def test_a_follow_up_reuses_the_prefix_cache_and_says_so(vllm_smol):
+    """vLLM's prefix caching is on (stated in the engine's arguments) and its count reaches the metrics. It caches
+    whole blocks (128 tokens on CPU), so the conversation is long enough to fill a few."""
+    params = GenerationParams(temperature=0.0, max_new_tokens=16)
+    first = [{"role": "system", "content": "You are a geography tutor. " * 60}, *CAPITAL]
+    text, _ = collect(vllm_smol, first, params)
+    follow_up = [*first, {"role": "assistant", "content": text}, {"role": "user", "content": "And of Spain?"}]
+    metrics = collect(vllm_smol, follow_up, params)[1][-1].metrics
+    block = vllm_smol.engine.vllm_config.cache_config.block_size
+    assert metrics.cached_tokens % block == 0
+    assert metrics.prompt_tokens - 40 - block <= metrics.cached_tokens < metrics.prompt_tokens
+
+
 def test_cancel_aborts_the_request(vllm_tiny):
     cancel = threading.Event()
     received = []

@@ -78,9 +78,11 @@ FAMILY_SPECIALS = {
 }
 
 
-def build_tiny_model(folder: Path, seed: int = 0, family: str = "qwen") -> Path:
+def build_tiny_model(folder: Path, seed: int = 0, family: str = "qwen", **dimensions: int) -> Path:
     """A tiny model whose tokenizer and chat template follow `family`: "qwen" (Hermes), "glm4", "llama3", or the
-    reasoning families "qwen3" (a thought, switched by enable_thinking) and "r1" (the prompt opens the thought)."""
+    reasoning families "qwen3" (a thought, switched by enable_thinking) and "r1" (the prompt opens the thought).
+    `dimensions` override the network's (hidden_size=1536, num_hidden_layers=28...: a model of a real model's shape
+    and speed, for benchmarks on machines that cannot download one)."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
@@ -105,15 +107,11 @@ def build_tiny_model(folder: Path, seed: int = 0, family: str = "qwen") -> Path:
     tokenizer.save_pretrained(folder)
 
     torch.manual_seed(seed)
+    shape = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
+             "num_key_value_heads": 1, "head_dim": 32, "max_position_embeddings": 4096, **dimensions}
     config = Qwen2Config(
         vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=32,
-        max_position_embeddings=4096,
+        **shape,
         tie_word_embeddings=True,
         eos_token_id=tokenizer.convert_tokens_to_ids(eos),
         pad_token_id=tokenizer.pad_token_id,
