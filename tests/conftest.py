@@ -121,9 +121,9 @@ def smollm2_dir() -> Path:
     return ensure_embedded_model()
 
 
-# The tiny random models load in float32, not the default precision (bfloat16 on a CPU that computes in it): their
-# tests compare replies token for token across code paths (batched or alone, cached or not), which bfloat16's
-# rounding would turn into a matter of luck. The default precision is tested on SmolLM2 (smol_client).
+# The tiny random models load in float32, stated (auto is bfloat16 on a GPU): their tests compare replies token for
+# token across code paths (batched or alone, cached or not), which bfloat16's rounding would turn into a matter of
+# luck.
 @pytest.fixture(scope="session")
 def tiny_client(tiny_model_dir: Path):
     from app.clients.hf.client import HFClient

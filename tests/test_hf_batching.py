@@ -357,9 +357,9 @@ def test_a_vision_model_answers_one_after_another(tiny_vlm_client):
 
 @pytest.fixture(scope="module")
 def smol_batch(smollm2_dir):
-    # float32: in bfloat16 (the default on this CPU) a batched matrix product rounds a row differently from the row
-    # alone, so greedy answers written together part from their lone answers after 2 to 40 tokens (still fluent);
-    # these tests check that batching itself changes nothing, which float32 shows token for token.
+    # float32, stated: in bfloat16 a batched matrix product rounds a row differently from the row alone, so greedy
+    # answers written together part from their lone answers after 2 to 40 tokens (still fluent); these tests check
+    # that batching itself changes nothing, which float32 shows token for token.
     client = HFClient(ModelSettings(model_path=str(smollm2_dir), device="cpu", dtype="float32", hf_max_batch=8))
     yield client
     client.close()
