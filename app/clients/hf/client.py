@@ -299,11 +299,8 @@ class _Generation:
                     **self.kwargs, streamer=streamer, past_key_values=cache,
                     stopping_criteria=StoppingCriteriaList([CancelCriteria(self.cancel, self.aborted)]),
                 )
-            if cache is not None and self.client.prompt_cache is not None:
-                # What generate() left in the cache: the prompt and the answer but its last token.
-                held = cache.get_seq_length()
-                sequences = getattr(sequences, "sequences", sequences)  # a config may ask generate() for a dict
-                self.client.prompt_cache.store(sequences[0, :held].tolist(), layers_of(cache))
+            if cache is not None:
+                self._remember(cache, getattr(sequences, "sequences", sequences))  # a config may ask for a dict
             feed.put(EngineOutput(finish_reason=self._finish_reason(streamer)))
         except BaseException as exc:  # reported to the consumer, never lost in the thread
             feed.fail(exc)
@@ -320,6 +317,12 @@ class _Generation:
         cached = prompt_cache.prefill(cache, self.prompt.token_ids, len(self.prompt.token_ids) - 1)
         feed.put(EngineOutput(cached_tokens=cached))
         return cache
+
+    def _remember(self, cache: DynamicCache, sequences: torch.Tensor) -> None:
+        """Keep what generate() left in the cache: the prompt and the answer but its last token."""
+        assert self.client.prompt_cache is not None, "a cache with a prefix comes from the prompt cache"
+        held = cache.get_seq_length()
+        self.client.prompt_cache.store(sequences[0, :held].tolist(), layers_of(cache))
 
     def _finish_reason(self, streamer: IncrementalTextStreamer) -> str | None:
         """generate() does not say why it stopped: a stop token, the token limit, or (None) Stop."""
