@@ -21,9 +21,7 @@ from typing import Any
 
 from app.config import ModelSettings
 from app.embedded_model import model_folder
-from app.generation_params import GenerationParams
-
-SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "repetition_penalty")  # those a model's authors recommend
+from app.generation_params import SAMPLING_FIELDS, GenerationParams
 
 _PARAMS_DEFAULTS = GenerationParams()
 # GenerationParams' own defaults: each value is written once, there.

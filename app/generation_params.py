@@ -6,12 +6,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 GREEDY_BELOW = 1e-5  # temperatures below this decode greedily, as vLLM's sampler does
+# The settings a model's authors recommend (app/generation_defaults.py reads them from generation_config.json), and
+# the ones a request may leave to a server's model defaults (`GenerationParams.server_defaults`).
+SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "repetition_penalty")
 
 
 @dataclass(frozen=True)
 class GenerationParams:
     """Sampling settings. temperature 0 (or below GREEDY_BELOW) means greedy decoding; top_k 0 means no top-k cut.
-    The defaults here are also the last layer of app/generation_defaults.py (its BUILT_IN)."""
+    The defaults here are also the last layer of app/generation_defaults.py (its BUILT_IN).
+
+    `server_defaults` names sampling fields (of SAMPLING_FIELDS) whose values the user has not chosen, to be left
+    to whoever serves the model: a remote OpenAI-compatible server (app/clients/openai.py) leaves them out of the
+    request, so the server applies the model's own generation config (vLLM's server and ours do) instead of our
+    guess at it. The values of those fields still hold this app's best guess of the model's defaults (the sidebar
+    shows them); local backends ignore `server_defaults` and use those values, since they are the model's
+    defaults already. Empty (the default): every field is sent as it is."""
 
     temperature: float = 0.7
     top_p: float = 0.9
@@ -22,9 +32,19 @@ class GenerationParams:
     seed: int | None = None
     ignore_eos: bool = False  # benchmarks only: generate exactly max_new_tokens
     thinking: bool | None = None  # a reasoning model's thought on/off where its template has the switch; None: default
+    server_defaults: frozenset[str] = frozenset()  # sampling fields left to a remote server's model defaults
 
     def __post_init__(self) -> None:
         problems = []
+        if isinstance(self.server_defaults, str):  # "temperature" would otherwise become its letters
+            problems.append(f"server_defaults must be a set of field names (got the string {self.server_defaults!r})")
+        else:
+            # A set or a list is taken too; stored frozen, so the settings stay hashable.
+            object.__setattr__(self, "server_defaults", frozenset(self.server_defaults))
+            unknown = sorted(self.server_defaults - set(SAMPLING_FIELDS))
+            if unknown:
+                problems.append(f"server_defaults may name only {', '.join(SAMPLING_FIELDS)} "
+                                f"(got {', '.join(map(repr, unknown))})")
         if not 0.0 <= self.temperature <= 5.0:
             problems.append(f"temperature must be between 0 and 5 (got {self.temperature})")
         if not 0.0 < self.top_p <= 1.0:

@@ -1,9 +1,15 @@
 """OpenAI-compatible API backend (vLLM's server, our own server, llama.cpp, OpenAI...) through the official SDK.
 
 The server applies the chat template, stop strings and the response format, and parses tool calls, so this client
-sends OpenAI messages, tools and settings as they are; the shared streaming helper (app/clients/streaming.py)
-does the rest, as for every backend. The HTTP stream is read on a helper thread so Stop works even while the
-server is silent; closing the stream makes the server abort the request.
+sends OpenAI messages, tools and settings as they are, less the sampling fields left to the server's model defaults
+(`GenerationParams.server_defaults`); the shared streaming helper (app/clients/streaming.py) does the rest, as for
+every backend. The HTTP stream is read on a helper thread so Stop works even while the server is silent; closing
+the stream makes the server abort the request.
+
+Token counts: the server's usage (the last chunk, with stream_options.include_usage) when it comes. Until then, and
+for good when Stop closes the stream before it, each chunk that carries text, thought or a tool-call piece counts
+as one completion token (vLLM streams one token per chunk; servers that merge tokens make this an undercount), and
+the prompt size stays 0: unknown, which AnswerMetrics.summary() leaves out.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from app.clients.streaming import EngineFeed, EngineOutput, stream_engine
 from app.config import ModelSettings
 from app.conversation import AnswerMetrics, CallFragment
 from app.generation_defaults import generation_defaults
+from app.generation_params import SAMPLING_FIELDS
 from app.thinking import THINK_TAGS, ThinkingSplitter
 
 
@@ -99,28 +106,31 @@ class OpenAIClient:
 
     def _request(self, messages: list[dict[str, Any]], params: GenerationParams, tools: ToolRequest | None,
                  response_format: ResponseFormat | None) -> dict[str, Any]:
+        # Sampling fields the user left at the model's defaults (params.server_defaults) are not sent: the server
+        # knows the model's generation config, and our values for them are only a guess at it.
+        chosen = {name: getattr(params, name) for name in SAMPLING_FIELDS if name not in params.server_defaults}
         request: dict[str, Any] = {
             "model": self.model,
             "messages": messages,
             "stream": True,
             "stream_options": {"include_usage": True},
-            "temperature": params.temperature,
-            "top_p": params.top_p,
             "max_tokens": params.max_new_tokens,
         }
+        request.update({name: chosen[name] for name in ("temperature", "top_p") if name in chosen})
         if params.stop:
             request["stop"] = list(params.stop)
         if params.seed is not None:
             request["seed"] = params.seed
         if self._extra_sampling:
-            extra: dict[str, Any] = {"repetition_penalty": params.repetition_penalty}
-            if params.top_k > 0:
-                extra["top_k"] = params.top_k
+            # top_k 0 (no cut) is sent too: vLLM, llama.cpp's server and ours read it so, and leaving it out would
+            # give the model's own top_k instead of the user's choice.
+            extra: dict[str, Any] = {name: chosen[name] for name in ("top_k", "repetition_penalty") if name in chosen}
             if params.ignore_eos:
                 extra["ignore_eos"] = True
             if params.thinking is not None:  # vLLM's (and our server's) way to pass the template's switch
                 extra["chat_template_kwargs"] = {"enable_thinking": params.thinking}
-            request["extra_body"] = extra
+            if extra:
+                request["extra_body"] = extra
         if tools is not None and tools.tools:
             request["tools"] = list(tools.tools)
             choice = tools.choice
@@ -187,6 +197,8 @@ class _HTTPStream:
 
 
 def _engine_output(chunk: ChatCompletionChunk) -> EngineOutput:
+    """One chunk as an engine output; a chunk with anything of the answer in it counts as one token (see the module
+    docstring), which the server's usage replaces when it comes."""
     output = EngineOutput()
     if chunk.usage is not None:
         output.usage = (chunk.usage.prompt_tokens or 0, chunk.usage.completion_tokens or 0)
@@ -203,4 +215,6 @@ def _engine_output(chunk: ChatCompletionChunk) -> EngineOutput:
                 call.index, (function.arguments if function else None) or "", call.id or None,
                 (function.name if function else None) or None))
         output.finish_reason = choice.finish_reason or output.finish_reason
+    if output.text or output.thinking or output.call_fragments:
+        output.tokens = 1
     return output
