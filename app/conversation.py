@@ -136,12 +136,15 @@ class AnswerMetrics:
             self.tokens_per_second = (self.completion_tokens - 1) / (last_token - first_token)
 
     def summary(self) -> str:
+        """One line for under the answer. A prompt of 0 tokens with nothing cached is an unknown size, not an empty
+        prompt (a remote server's usage comes last, and Stop closes the stream before it): left out."""
         parts = [f"{self.completion_tokens} tokens"]
         if self.time_to_first_token_s is not None:
             parts.append(f"TTFT {self.time_to_first_token_s:.2f} s")
         if self.tokens_per_second is not None:
             parts.append(f"{self.tokens_per_second:.1f} tok/s")
-        parts.append(f"prompt {self.prompt_tokens} tokens")
+        if self.prompt_tokens or self.cached_tokens:
+            parts.append(f"prompt {self.prompt_tokens} tokens")
         if self.cached_tokens:
             parts.append(f"{self.cached_tokens} cached")
         if self.finish_reason == "length":
@@ -176,6 +179,11 @@ class Message:
     attachments: list[Attachment] = field(default_factory=list)
     display_text: str | None = None  # tool messages: the full output when the model reads a shortened one
     thinking: str = ""  # assistant: a reasoning model's thought; shown and kept, never sent back to a model
+    # The other versions of the conversation from this message on (earlier edits of a user message, earlier
+    # answers to one): each a list of messages, headed by that version's own message at this place. The model only
+    # ever sees the branch on screen; these are kept for the user to switch back to (Conversation.switch_version).
+    versions: list[list[Message]] = field(default_factory=list)
+    version_index: int = 0  # this message's place among all versions here, 0..len(versions): the others around it
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -309,13 +317,13 @@ class Conversation:
     """The turns shown in one chat; the system prompt lives in settings and is prepended when prompting."""
 
     messages: list[Message] = field(default_factory=list)
-
-    def add(self, message: Message) -> Message:
-        self.messages.append(message)
-        return message
+    # A version started at the end of the conversation (Conversation.new_version): its place and the versions the
+    # next message added there takes along.
+    _pending: tuple[int, list[list[Message]]] | None = field(default=None, repr=False, compare=False)
 
     def clear(self) -> None:
         self.messages.clear()
+        self._pending = None
 
     def last_user_index(self) -> int | None:
         for index in range(len(self.messages) - 1, -1, -1):
@@ -332,6 +340,57 @@ class Conversation:
         if new_content is not None:
             self.messages[index].content = new_content
         return self.messages[index]
+
+    # ----- versions: an edit or a regeneration keeps what it replaces ------------------------------------------
+
+    def new_version(self, index: int) -> None:
+        """Make room for a new version at `index`: what follows from there is kept as a version of its own and
+        cut from the conversation, and the next message added at `index` heads the new (newest) version. Editing
+        user message `index`, or regenerating the answer that starts at `index`, both start here."""
+        if not 0 <= index <= len(self.messages):
+            raise IndexError(f"no message {index} to start a version at")
+        kept = self._cut(index)
+        self._pending = (index, kept) if kept else None
+
+    def add(self, message: Message) -> Message:
+        pending = self._pending
+        if pending is not None and pending[0] == len(self.messages) and not message.versions:
+            message.versions, message.version_index = pending[1], len(pending[1])
+        self._pending = None
+        self.messages.append(message)
+        return message
+
+    def version_count(self, index: int) -> tuple[int, int]:
+        """(which version is shown, 1-based; how many versions there are) at message `index`."""
+        head = self.messages[index]
+        return head.version_index + 1, len(head.versions) + 1
+
+    def switch_version(self, index: int, number: int) -> None:
+        """Show version `number` (1-based, as version_count counts) from message `index` on; the branch shown now
+        is kept among the versions."""
+        current, total = self.version_count(index)
+        if not 1 <= number <= total:
+            raise IndexError(f"message {index} has versions 1 to {total}, not {number}")
+        if number == current:
+            return
+        every = self._cut(index)
+        chosen = every.pop(number - 1)
+        chosen[0].versions, chosen[0].version_index = every, number - 1
+        self.messages.extend(chosen)
+
+    def _cut(self, index: int) -> list[list[Message]]:
+        """Remove messages[index:] and return every version at `index` (the removed branch in its place), each
+        without the list of the others."""
+        if index == len(self.messages):
+            pending = self._pending
+            return list(pending[1]) if pending is not None and pending[0] == index else []
+        tail = self.messages[index:]
+        del self.messages[index:]
+        head = tail[0]
+        every = list(head.versions)
+        every.insert(min(head.version_index, len(every)), tail)
+        head.versions, head.version_index = [], 0
+        return every
 
     def to_openai(self) -> list[dict[str, Any]]:
         return [message.to_openai() for message in self.messages]

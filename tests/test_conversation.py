@@ -89,3 +89,38 @@ def test_tool_calls_of_the_wrong_shape_are_a_clear_value_error(tool_calls):
 def test_ids_and_names_must_be_strings():
     with pytest.raises(ValueError, match="tool_call_id must be a string"):
         Conversation.from_openai([{"role": "tool", "content": "4", "tool_call_id": 5}])
+
+
+def test_versions_keep_what_an_edit_or_a_regeneration_replaces_and_the_model_sees_the_branch_on_screen():
+    conversation = Conversation()
+    conversation.add(Message("user", "q1"))
+    conversation.add(Message("assistant", "a1"))
+    conversation.new_version(1)  # regenerate the answer
+    conversation.add(Message("assistant", "a1 again"))
+    conversation.add(Message("user", "q2"))
+    conversation.add(Message("assistant", "a2"))
+    assert conversation.version_count(1) == (2, 2)
+    conversation.new_version(0)  # edit the first question: everything after it becomes a version
+    conversation.add(Message("user", "q1 edited"))
+    assert [m.content for m in conversation.messages] == ["q1 edited"]
+    assert conversation.version_count(0) == (2, 2)
+    assert [m["content"] for m in conversation.to_openai()] == ["q1 edited"]
+    conversation.switch_version(0, 1)  # the whole earlier branch comes back, its own versions with it
+    assert [m.content for m in conversation.messages] == ["q1", "a1 again", "q2", "a2"]
+    assert conversation.version_count(1) == (2, 2)
+    conversation.switch_version(1, 1)
+    assert [m.content for m in conversation.messages] == ["q1", "a1"]
+    conversation.switch_version(0, 2)
+    assert [m.content for m in conversation.messages] == ["q1 edited"]
+    with pytest.raises(IndexError):
+        conversation.switch_version(0, 3)
+
+
+def test_a_version_started_twice_before_an_answer_keeps_both_earlier_ones():
+    conversation = Conversation([Message("user", "q"), Message("assistant", "first")])
+    conversation.new_version(1)
+    conversation.new_version(1)  # Regenerate pressed again before anything was written
+    conversation.add(Message("assistant", "second"))
+    assert conversation.version_count(1) == (2, 2)
+    conversation.switch_version(1, 1)
+    assert conversation.messages[1].content == "first"

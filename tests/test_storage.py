@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import tomllib
 from datetime import UTC, datetime
 
 import pytest
@@ -21,7 +22,7 @@ from PIL import Image
 from sqlalchemy import Engine, event, func, insert, inspect, select
 from sqlalchemy.exc import OperationalError
 
-from app.config import DatabaseSettings
+from app.config import DatabaseSettings, ImageSettings
 from app.conversation import ROLES, AnswerMetrics, Attachment, Message, ToolCall
 from app.storage import (
     ConversationNotFound,
@@ -43,6 +44,8 @@ from app.storage.engine import database_url as resolve_url
 from app.storage.migrate import current_revision, head_revision, upgrade_to_head
 from app.storage.models import TRIGRAM_INDEX, Base, ConversationRow, MessageRow
 from app.storage.schema import AttachmentRecord, MessageRecord, MetricsRecord, SettingsRecord, ToolCallRecord
+from app.storage.transfer import MAX_IMPORT_BYTES
+from app.tools.documents import MAX_UPLOAD_BYTES as MAX_DOCUMENT_BYTES
 from tests.helpers import ROOT
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256))
@@ -170,9 +173,9 @@ def schema_differences(engine: Engine) -> list:
 def test_opening_an_empty_database_migrates_it_to_head_once(database_url):
     engine = open_database(database_url)
     try:
-        assert {"conversations", "messages", "alembic_version"} <= set(inspect(engine).get_table_names())
+        assert {"conversations", "messages", "preferences", "alembic_version"} <= set(inspect(engine).get_table_names())
         with engine.connect() as connection:
-            assert current_revision(connection) == head_revision() == "0001"
+            assert current_revision(connection) == head_revision() == "0002"
         assert schema_differences(engine) == []  # the migration creates exactly what the models declare
         if engine.dialect.name == "postgresql":
             assert TRIGRAM_INDEX in {index["name"] for index in inspect(engine).get_indexes("messages")}
@@ -181,7 +184,7 @@ def test_opening_an_empty_database_migrates_it_to_head_once(database_url):
         upgrade_to_head(engine)  # again: nothing to do, nothing lost
         open_database(database_url).dispose()
         with engine.connect() as connection:
-            assert current_revision(connection) == "0001"
+            assert current_revision(connection) == "0002"
         assert store.get("alice", kept).title == "kept"
     finally:
         engine.dispose()
@@ -443,7 +446,7 @@ def saved_conversation(store: ConversationStore) -> str:
 def test_an_export_imports_as_an_equal_conversation(store):
     original = saved_conversation(store)
     exported = store.export_json("alice", original)
-    assert (exported["format"], exported["version"]) == ("composite-demo-conversation", 1)
+    assert (exported["format"], exported["version"]) == ("composite-demo-conversation", 2)
     assert exported["messages"] == [message.to_openai() for message in every_kind_of_message()]
     assert exported["metadata"] == [encode_message(message) for message in every_kind_of_message()]
     raw = json.dumps(exported, indent=1).encode()  # as the page offers it for download
@@ -561,7 +564,7 @@ IMPORT_REJECTIONS = {
     "not UTF-8": (b'{"format": "\xff\xfe"}', "the file: "),
     "a JSON list": (b"[]", "the file: Input should be an object"),
     "wrong format": (_export(format="other-app"), "format: Input should be 'composite-demo-conversation'"),
-    "newer version": (_export(version=2), "version: Input should be 1"),
+    "newer version": (_export(version=3), "version: Input should be 1 or 2"),
     "no messages": ({k: v for k, v in _export().items() if k != "messages"}, "messages: Field required"),
     "unknown key": (_export(colour="red"), "colour: Extra inputs are not permitted"),
     "wrong role": (_export(messages=[{"role": "robot", "content": "hi"}], metadata=None), "messages[0].role"),
@@ -576,7 +579,9 @@ IMPORT_REJECTIONS = {
         {"id": "1", "function": {"name": "f", "arguments": "{oops"}}]}], metadata=None),
         "messages[0]: tool call 'f': arguments are not valid JSON"),
     "too many messages": (_export(messages=[{"role": "user", "content": ""}] * 10_001, metadata=None),
-                          "messages: List should have at most 10000 items"),
+                          "messages: more than 10,000 messages; at most that many can be imported"),
+    "too many records": (_export(messages=[{"role": "user", "content": ""}] * 10_000,
+                                 metadata=[{"role": "user"}] * 10_001), "metadata: more than 10,000 messages"),
     "over 50 MB": (b" " * (50 * 2**20 + 1), "at most 50 MB (52,428,800 bytes) can be imported"),
     # Settings are restored into the page's widgets: a list for the system prompt crashed every later open.
     "a list for the system prompt": (_export(settings={"system_prompt": ["Be", "brief"]}),
@@ -643,3 +648,15 @@ def test_an_import_that_fails_in_the_database_creates_nothing(store, engine):
     finally:
         event.remove(engine, "before_cursor_execute", fail_on_messages)
     assert len(store.list("alice")) == 1  # the original only: the new conversation row was rolled back
+
+
+def test_the_upload_limit_is_the_import_limit_and_the_readme_says_so():
+    """Streamlit's per-file upload limit (MB) is the import's, so a file the import would take is never cut off by
+    the uploader first, nor one it refuses stopped there with a different figure; the chat's own limits on one
+    attached file lie below it, so that their messages (what to do about it) are the ones a user sees."""
+    server = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())["server"]
+    limit_mb = server["maxUploadSize"]
+    assert limit_mb * 2**20 == MAX_IMPORT_BYTES
+    readme = (ROOT / "README.md").read_text()
+    assert f"at most {MAX_IMPORT_BYTES // 2**20} MB" in readme and "maxUploadSize" in readme
+    assert MAX_DOCUMENT_BYTES <= MAX_IMPORT_BYTES and ImageSettings().max_mb * 2**20 <= MAX_IMPORT_BYTES

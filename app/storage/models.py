@@ -1,6 +1,7 @@
 """The tables. Conversations hold their settings and counters; messages are append-only rows (a truncation marks
 rows deleted), each holding one message as JSON text (app/storage/codec.py) and a lower-cased copy of its text for
-search. The migrations in migrations/versions create exactly this; tests compare the two."""
+search; preferences hold each user's last settings. The migrations in migrations/versions create exactly this; tests
+compare the two."""
 
 from __future__ import annotations
 
@@ -83,3 +84,13 @@ class MessageRow(Base):
         Index(TRIGRAM_INDEX, "search_text", postgresql_using="gin",
               postgresql_ops={"search_text": "gin_trgm_ops"}).ddl_if(dialect="postgresql"),
     )
+
+
+class PreferencesRow(Base):
+    """One user's last settings (app/storage/schema.py, PreferencesRecord), restored after a refresh."""
+
+    __tablename__ = "preferences"
+
+    owner: Mapped[str] = mapped_column(String(200), primary_key=True)
+    settings: Mapped[dict[str, Any]]
+    updated_at: Mapped[datetime]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import logging
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,6 +29,7 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -36,10 +38,12 @@ from app.storage import codec, transfer
 from app.storage.errors import ConversationNotFound, StorageError, UnreadableConversation, VersionConflict
 from app.storage.models import ConversationRow as C
 from app.storage.models import MessageRow as M
+from app.storage.models import PreferencesRow as P
 from app.storage.records import ConversationSummary, StoredConversation
-from app.storage.schema import describe
+from app.storage.schema import PreferencesRecord, describe
 from app.storage.sqlite import WRITE
 
+log = logging.getLogger(__name__)
 MAX_LIST_LIMIT = 500
 
 
@@ -202,6 +206,40 @@ class ConversationStore:
             if rows:
                 session.execute(insert(M), rows)
         return conversation_id
+
+    # ----- preferences ------------------------------------------------------------------------------------------
+
+    def get_preferences(self, owner: str) -> dict[str, Any]:
+        """The owner's last settings (app/storage/schema.py, PreferencesRecord): only the keys that were set, each
+        valid (one stored by an older version that is no longer valid is left out, and logged); {} when none were
+        saved."""
+        _check_owner(owner)
+        with self._reading() as session:
+            stored = session.scalar(select(P.settings).where(P.owner == owner))
+        if stored is None:
+            return {}
+        usable, problems = PreferencesRecord.usable(stored)
+        if problems:
+            log.warning("stored preferences left out: %s", "; ".join(problems))
+        return usable
+
+    def set_preferences(self, owner: str, settings: dict[str, Any]) -> None:
+        """Save `settings` as the owner's last settings, in place of those saved before (one row per owner, written
+        in one statement: last writer wins). Validated by PreferencesRecord.usable: unknown keys and values of the
+        wrong type or out of range are dropped, and logged with their names; the rest is saved."""
+        _check_owner(owner)
+        if not isinstance(settings, dict):
+            raise ValueError("settings must be a dict")
+        usable, problems = PreferencesRecord.usable(settings)
+        if problems:
+            log.warning("preferences not saved: %s", "; ".join(problems))
+        dialect = sqlite if self.engine.dialect.name == "sqlite" else postgresql
+        statement = dialect.insert(P).values(owner=owner, settings=_json_object(usable), updated_at=_now())
+        statement = statement.on_conflict_do_update(
+            index_elements=[P.owner],
+            set_={"settings": statement.excluded.settings, "updated_at": statement.excluded.updated_at})
+        with self._writing() as session:
+            session.execute(statement)
 
     # ----- helpers ----------------------------------------------------------------------------------------------
 

@@ -15,19 +15,41 @@ A message record is a JSON object; fields at their default are left out when wri
      "error": str, "tool_status": "ok" | "failed" | "stopped", "duration_s": float, "display_text": str,
      "attachments": [{"kind": "image" | "document", "name": str, "note": str, "text": str,
                       "data": standard base64 of the bytes}],
-     "thinking": str}                                        # a reasoning model's thought
+     "thinking": str,                                        # a reasoning model's thought
+     "versions": [[message record, ...], ...],               # the other versions from this message on
+     "version_index": int}                                   # this message's place among all of them
+
+`versions` holds the other versions of the conversation from this message on (an earlier edit of a user message,
+an earlier answer to one; app/conversation.py), each a non-empty list of message records headed by that version's
+own message, which may hold versions of its own further on; `version_index` (0 to len(versions)) is where this
+message's own branch stands among them. Both are left out when there are none.
 
 A conversation's settings (what app/ui/persistence.py restores into the page's widgets when it is opened):
 
     {"system_prompt": str, "tool_choice": str}               # each optional
+
+A user's preferences (the last settings they chose, restored after a refresh; the `preferences` table):
+
+    {"backend": str, "system_prompt": str, "temperature": float, "top_p": float, "top_k": int,
+     "repetition_penalty": float, "max_new_tokens": int, "seed": int | null, "thinking": str,
+     "dark_mode": bool}                                       # each optional
 """
 
 from __future__ import annotations
 
 import base64
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from app.conversation import AnswerMetrics, Attachment, Message, ToolCall
 
@@ -53,29 +75,55 @@ class Record(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, from_attributes=True)
 
 
-class SettingsRecord(Record):
-    """A conversation's settings. A key is left out when the page did not set it; none may be null (a widget
-    cannot show None)."""
+class _OptionalSettings(Record):
+    """Settings whose every key is optional: a key is left out when it was not set, and none may be null unless its
+    type says so (a widget cannot show None)."""
 
-    system_prompt: str = Field(default="", max_length=100_000)
-    tool_choice: str = Field(default="", max_length=200)  # "auto", "none", "required" or a tool's name
+    _where: ClassVar[str] = "settings"  # how `usable` names them in its problems
 
     @classmethod
     def usable(cls, settings: Any) -> tuple[dict[str, Any], list[str]]:
-        """The settings that are valid one by one, and what is wrong with the others (`where: what`): a stored
-        conversation opens with its valid settings, the page's defaults for the rest."""
+        """The settings that are valid one by one, as their type says (an int given for a float is a float), and what
+        is wrong with the others (`where: what`): unknown keys and wrong values are dropped, so that what is kept can
+        be used whatever the rest holds."""
         if not isinstance(settings, dict):
-            return {}, [f"settings: must be an object, not {type(settings).__name__}"]
+            return {}, [f"{cls._where}: must be an object, not {type(settings).__name__}"]
         usable: dict[str, Any] = {}
         problems: list[str] = []
         for name, value in settings.items():
             try:
-                cls.model_validate({name: value})
+                valid = cls.model_validate({name: value})
             except ValidationError as exc:
-                problems.append(describe(exc, "settings"))
+                problems.append(describe(exc, cls._where))
             else:
-                usable[name] = value
+                usable[name] = getattr(valid, name)
         return usable, problems
+
+
+class SettingsRecord(_OptionalSettings):
+    """A conversation's settings: a stored conversation opens with its valid settings (`usable`), the page's
+    defaults for the rest."""
+
+    system_prompt: str = Field(default="", max_length=100_000)
+    tool_choice: str = Field(default="", max_length=200)  # "auto", "none", "required" or a tool's name
+
+
+class PreferencesRecord(_OptionalSettings):
+    """A user's last settings, restored into the sidebar after a refresh. The defaults here are never used: only
+    the keys that were set are stored and given back. Ranges are GenerationParams' (app/generation_params.py)."""
+
+    _where: ClassVar[str] = "preferences"
+
+    backend: str = Field(default="", max_length=64)
+    system_prompt: str = Field(default="", max_length=100_000)
+    temperature: float = Field(default=0.7, ge=0.0, le=5.0)
+    top_p: float = Field(default=0.9, gt=0.0, le=1.0)
+    top_k: int = Field(default=50, ge=0)
+    repetition_penalty: float = Field(default=1.0, gt=0.0, le=5.0)
+    max_new_tokens: int = Field(default=512, ge=1)
+    seed: int | None = Field(default=None, ge=0, le=2**32 - 1)
+    thinking: str = Field(default="", max_length=64)
+    dark_mode: bool = False
 
 
 class ToolCallRecord(Record):
@@ -118,6 +166,21 @@ class MessageRecord(Record):
     display_text: str | None = None
     attachments: list[AttachmentRecord] = Field(default_factory=list)
     thinking: str = ""
+    # The other versions from this message on, each headed by its own message; and this message's place among them.
+    versions: list[Annotated[list[MessageRecord], Field(min_length=1)]] = Field(default_factory=list)
+    version_index: int = 0
+
+    @field_validator("version_index")
+    @classmethod
+    def _among_the_versions(cls, value: int, info: ValidationInfo) -> int:
+        versions = info.data.get("versions")
+        if versions is not None and not 0 <= value <= len(versions):
+            if not versions:
+                raise ValueError(f"{value} is out of range: with no other versions it can only be 0")
+            others = f"{len(versions)} other version" + ("s" if len(versions) > 1 else "")
+            raise ValueError(f"{value} is out of range: this message and its {others} are places 0 to "
+                             f"{len(versions)}")
+        return value
 
     @classmethod
     def of(cls, message: Message) -> MessageRecord:
@@ -131,6 +194,7 @@ class MessageRecord(Record):
             "tool_calls": [ToolCall(**call.__dict__) for call in self.tool_calls],
             "metrics": AnswerMetrics(**self.metrics.__dict__) if self.metrics else None,
             "attachments": [Attachment(**attachment.__dict__) for attachment in self.attachments],
+            "versions": [[record.to_message() for record in version] for version in self.versions],
         })
 
 
