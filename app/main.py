@@ -28,9 +28,10 @@ for key in [k for k in st.session_state if isinstance(k, str) and k.startswith(K
     st.session_state[key] = st.session_state[key]
 current = st.navigation(list(pages.values()))
 page_name = next(name for name, page in pages.items() if page.url_path == current.url_path)
+state.wait_for_interrupted_turn()  # a Stop (or any click) during a turn: the answer so far is recorded first
 conversation = state.conversation(page_name)
 persistence.open_from_url(page_name, conversation)  # a refresh or a link reopens the saved conversation
 persistence.save(page_name, conversation)  # what the last run changed (a stopped answer, Regenerate, Resend)
-sidebar.render(page_name, conversation)
+sidebar.render()
 history.render(page_name, conversation)
 current.run()

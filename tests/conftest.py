@@ -186,13 +186,16 @@ def browser():
 
 
 @pytest.fixture(scope="module")
-def app_url(smollm2_dir, browser):
+def app_url(smollm2_dir, browser, tmp_path_factory):
     """The app on the embedded SmolLM2, served for a module of browser tests (it needs the browser: no browser,
     no reason to start it)."""
     from tests.helpers import streamlit_app
 
     # The local test site is allow-listed for the web tools, as an administrator would do for an intranet.
-    env = {**os.environ, "DEMO_MODEL": str(smollm2_dir), "HF_HUB_OFFLINE": "1", "DEMO_BROWSER_ALLOW": "127.0.0.1"}
+    env = {**os.environ, "DEMO_MODEL": str(smollm2_dir), "HF_HUB_OFFLINE": "1", "DEMO_BROWSER_ALLOW": "127.0.0.1",
+           # A database of the module's own: the settings a user last chose come back in every new session, and
+           # one module's choices (greedy, a seed) must not start another's.
+           "DEMO_DATABASE_URL": f"sqlite:///{tmp_path_factory.mktemp('app-db')}/conversations.db"}
     env.pop("DEMO_IMAGE_API_URL", None)
     with streamlit_app(env) as url:
         yield url

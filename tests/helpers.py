@@ -21,6 +21,7 @@ from app.clients.base import Client, Delta, GenerationParams, ResponseFormat, To
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"  # logs and screenshots worth keeping
 MAIN = str(ROOT / "app" / "main.py")
+DOCS = ROOT / "docs"  # the README's screenshots: drawn by the browser tests, so they show the page as it is
 
 
 # ----- clients -----------------------------------------------------------------------------------------------------
@@ -37,6 +38,22 @@ def collect(client: Client, messages: list[dict[str, Any]], params: GenerationPa
 
 # ----- the app in AppTest ------------------------------------------------------------------------------------------
 
+def forget_preferences() -> None:
+    """The local user's stored settings (app/ui/preferences.py) cleared in the database the app will use: each
+    AppTest starts as a first visit, not with the settings an earlier test chose."""
+    from app.storage import ConversationStore, StorageError
+    from app.storage.engine import open_database
+    from app.ui.persistence import LOCAL_OWNER
+
+    try:
+        engine = open_database()
+    except StorageError:
+        return  # a test of an unreachable database: nothing is stored there
+    try:
+        ConversationStore(engine).set_preferences(LOCAL_OWNER, {})
+    finally:
+        engine.dispose()
+
 @contextmanager
 def open_app(monkeypatch: pytest.MonkeyPatch, model_dir: Path | str, *, page: str | None = None,
              timeout: float = 120, temperature: float | None = None,
@@ -45,6 +62,7 @@ def open_app(monkeypatch: pytest.MonkeyPatch, model_dir: Path | str, *, page: st
     sidebar's temperature and max new tokens set if given; clears Streamlit's resource cache again after."""
     monkeypatch.setenv("DEMO_MODEL", str(model_dir))
     st.cache_resource.clear()
+    forget_preferences()
     try:
         at = AppTest.from_file(MAIN, default_timeout=timeout)
         at.run()
@@ -64,12 +82,38 @@ def open_app(monkeypatch: pytest.MonkeyPatch, model_dir: Path | str, *, page: st
 
 # ----- the Chat page in Chromium (Playwright) ----------------------------------------------------------------------
 
+def readme_screenshot(page: Any, name: str, full_page: bool = False) -> None:
+    """Save the page's screenshot as the README's docs/`name` (and in test-artifacts/): the README shows what the
+    tests saw, not a picture from an older version of the page."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.mouse.move(700, 5)  # no tooltip or hover highlight in the picture
+    page.screenshot(path=str(ARTIFACTS / name), full_page=full_page)
+    (DOCS / name).write_bytes((ARTIFACTS / name).read_bytes())
+
+
+def model_loaded(page: Any, timeout: float = 180_000) -> None:
+    """Wait until the page says which model it loaded (the caption under the title: drawn once the model is
+    loaded, unlike the model picker's label, which names it from the start)."""
+    page.get_by_test_id("stCaptionContainer").filter(has_text="SmolLM2-135M-Instruct").first.wait_for(
+        timeout=timeout)
+
+
+def generation_settings(page: Any) -> Any:
+    """The sidebar's Generation settings section, opened (it starts collapsed)."""
+    sidebar = page.get_by_test_id("stSidebar")
+    section = sidebar.get_by_test_id("stExpander").filter(has_text="Generation settings").first
+    if not section.get_by_role("spinbutton", name="Max new tokens").is_visible():
+        section.get_by_text("Generation settings").first.click()
+        section.get_by_role("spinbutton", name="Max new tokens").wait_for(timeout=10_000)
+    return section
+
+
 def open_chat(browser: Any, url: str, seed: str, height: int = 900) -> Any:
     """A new page (a new session) on the Chat page once the model is loaded, with the sidebar's Seed set."""
     page = browser.new_page(viewport={"width": 1280, "height": height})
     page.goto(url)
-    page.get_by_text("SmolLM2-135M-Instruct").first.wait_for(timeout=180_000)  # status line: model loaded
-    field = page.get_by_test_id("stSidebar").get_by_role("spinbutton", name="Seed")
+    model_loaded(page, 180_000)  # status line: model loaded
+    field = generation_settings(page).get_by_role("spinbutton", name="Seed")
     field.fill(seed)
     field.press("Enter")
     page.wait_for_timeout(1000)  # the rerun that stores it

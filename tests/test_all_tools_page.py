@@ -31,7 +31,7 @@ def test_smollm2_runs_python_and_the_plot_appears(app):
     assert not app.exception
     user, assistant = app.chat_message
     card = assistant.status[0]
-    assert card.label.startswith("python · ") and "failed" not in card.label
+    assert card.label.startswith("python → ") and "failed" not in card.label
     assert "import matplotlib" in card.code[0].value and card.code[0].language == "python"
     assert "[Figure 1 was displayed to the user.]" in card.code[1].value
     images = assistant.get("image")

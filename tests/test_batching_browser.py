@@ -1,5 +1,5 @@
 """Two browser tabs on one model, in Chromium: the second tab's answer streams while the first one's is still being
-written (continuous batching), and the sidebar says how many answers the model is writing."""
+written (continuous batching), and the status next to the model picker says how many answers the model is writing."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 
 from playwright.sync_api import expect
 
-from tests.helpers import ARTIFACTS
+from tests.helpers import model_loaded, readme_screenshot
 
 STORY = "Write a very long story about a lighthouse keeper and a storm."
 
@@ -15,7 +15,7 @@ STORY = "Write a very long story about a lighthouse keeper and a storm."
 def open_tab(browser, url: str):
     page = browser.new_page(viewport={"width": 1280, "height": 860})
     page.goto(url)
-    page.get_by_text("SmolLM2-135M-Instruct").first.wait_for(timeout=120_000)
+    model_loaded(page, 120_000)
     return page
 
 
@@ -37,16 +37,16 @@ def test_a_second_tab_is_answered_while_the_first_answer_is_written(app_url, bro
     first_tab, second_tab = open_tab(browser, app_url), open_tab(browser, app_url)
     first = ask(first_tab, STORY)
     wait_for_text(first, 60)
-    second_tab.reload()  # the sidebar is drawn now, while the first tab's answer is being written
-    second_tab.get_by_text("SmolLM2-135M-Instruct").first.wait_for(timeout=60_000)
-    sidebar = second_tab.get_by_test_id("stSidebar")
-    expect(sidebar).to_contain_text("The model is writing 1 answer (up to 8 answers together).", timeout=30_000)
+    second_tab.reload()  # the status is drawn now, while the first tab's answer is being written
+    model_loaded(second_tab, 60_000)
+    status = second_tab.get_by_role("main")  # next to the model picker, live
+    expect(status).to_contain_text("The model is writing 1 answer (up to 8 answers together).", timeout=30_000)
     second = ask(second_tab, "Write a short poem about the sea.")
     wait_for_text(second, 60)
     # The first answer is not finished yet (no metrics line under it): both were being written at the same time.
     assert "tok/s" not in first.inner_text(), "the second answer waited for the first one"
     assert "Waiting" not in second.inner_text()
-    second_tab.screenshot(path=str(ARTIFACTS / "two-tabs.png"), full_page=False)
+    readme_screenshot(second_tab, "two-tabs.png")
     second.get_by_text("tok/s").first.wait_for(timeout=180_000)
     first.get_by_text("tok/s").first.wait_for(timeout=180_000)
     first_tab.close()

@@ -5,8 +5,9 @@ from __future__ import annotations
 import time
 
 import pytest
+from playwright.sync_api import expect
 
-from tests.helpers import ARTIFACTS
+from tests.helpers import ARTIFACTS, generation_settings, model_loaded, readme_screenshot, settle
 
 
 def assistant_texts(page):
@@ -17,11 +18,11 @@ def test_chat_streams_an_answer_and_can_be_stopped(app_url, browser):
     ARTIFACTS.mkdir(exist_ok=True)
     page = browser.new_page(viewport={"width": 1280, "height": 860})
     page.goto(app_url)
-    page.get_by_text("SmolLM2-135M-Instruct").first.wait_for(timeout=120_000)  # status line: model loaded
+    model_loaded(page, 120_000)  # status line: model loaded
     box = page.get_by_test_id("stChatInputTextArea")
 
     # Greedy, so the answer is the model's best one.
-    page.get_by_test_id("stSidebar").get_by_role("slider").first.focus()
+    generation_settings(page).get_by_role("slider").first.focus()
     page.keyboard.press("Home")
     box.fill("What is the capital of France? Answer in one sentence.")
     box.press("Enter")
@@ -30,43 +31,56 @@ def test_chat_streams_an_answer_and_can_be_stopped(app_url, browser):
     assert "Paris" in answer.inner_text()
     page.screenshot(path=str(ARTIFACTS / "chat.png"), full_page=False)
 
-    # A long answer, stopped while it streams: the partial answer stays and is marked stopped. The page first
-    # finishes the redraw after the answer: a message sent during it may leave the input showing Send, not Stop.
-    page.wait_for_timeout(1500)
-    page.get_by_test_id("stStatusWidget").wait_for(state="hidden", timeout=30_000)
+    # A long answer, stopped while it streams: the partial answer stays, marked Stopped with its metrics at once
+    # (the Stop button's click reruns the page; no other interaction is needed).
+    settle(page, answer)
     box.fill("Write a very long story about a dragon who learns to cook.")
     box.press("Enter")
     story = page.locator('[data-testid="stChatMessage"]').nth(3)
-    deadline = time.monotonic() + 60
-    while len(story.inner_text()) < 40 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    page.get_by_test_id("stChatInputStopButton").click()  # submit_mode="stop" turns Send into Stop
-    time.sleep(1.0)
-    partial = story.inner_text()
-    time.sleep(1.5)
-    assert story.inner_text() == partial, "the answer kept growing after Stop"
-    # Any interaction reruns the page; the kept answer is then shown as stopped.
-    slider = page.get_by_test_id("stSidebar").get_by_role("slider").first
-    slider.focus()
-    page.keyboard.press("ArrowRight")
-    page.get_by_text("Stopped").first.wait_for(timeout=30_000)
-    assert partial.strip().splitlines()[0][:20] in story.inner_text()
+    # The status next to the model picker is live: it says the model is writing while this answer streams.
+    expect(page.locator(".st-key-model_picker_row")).to_contain_text("The model is writing 1 answer",
+                                                                      timeout=30_000)
+    stop_and_check(page, story)
     page.screenshot(path=str(ARTIFACTS / "chat-stopped.png"), full_page=False)
+
+    # Regenerate has the same Stop, and the stopped answer is a second version next to the first.
+    settle(page, story)
+    story.get_by_role("button", name="Regenerate").click()
+    story = page.locator('[data-testid="stChatMessage"]').nth(3)
+    stop_and_check(page, story)
+    expect(story).to_contain_text("2/2", timeout=10_000)
     page.close()
+
+
+def stop_and_check(page, bubble) -> None:
+    """Once `bubble` streams some text, press its Stop: the text stops growing and is marked Stopped, with its
+    metrics, without any further interaction."""
+    deadline = time.monotonic() + 60
+    while (bubble.get_by_role("button", name="Stop").count() == 0 or len(bubble.inner_text()) < 60) \
+            and time.monotonic() < deadline:
+        time.sleep(0.1)
+    bubble.get_by_role("button", name="Stop").click()
+    expect(bubble.get_by_text("Stopped")).to_be_visible(timeout=15_000)
+    caption = bubble.get_by_test_id("stCaptionContainer").filter(has_text="Stopped").first
+    expect(caption).to_contain_text("tokens")
+    expect(caption).to_contain_text("tok/s")
+    partial = bubble.inner_text()
+    time.sleep(1.5)
+    assert bubble.inner_text() == partial, "the answer kept growing after Stop"
 
 
 def ask_with_a_forced_call(page, tool: str, question: str):
     """On a Tools page: greedy, `tool` forced, `question` sent; the answer's bubble once the call's card and the
     answer after it are finished and the page has redrawn."""
     sidebar = page.get_by_test_id("stSidebar")
-    sidebar.get_by_role("slider").first.focus()
+    generation_settings(page).get_by_role("slider").first.focus()
     page.keyboard.press("Home")  # temperature 0: greedy
     choose(page, sidebar.get_by_test_id("stSelectbox").filter(has_text="Tool choice"), tool)
     box = page.get_by_test_id("stChatInputTextArea")
     box.fill(question)
     box.press("Enter")
     answer = page.locator('[data-testid="stChatMessage"]').nth(1)
-    answer.get_by_text(f"{tool} ·").wait_for(timeout=180_000)  # the finished card's label
+    answer.get_by_text(f"{tool} →").wait_for(timeout=180_000)  # the finished card's label
     answer.get_by_text("tok/s").nth(1).wait_for(timeout=120_000)  # the answer after the call
     # The page redraws once after the turn, which would close a card opened before it (seen on a loaded machine).
     page.wait_for_timeout(1500)
@@ -96,13 +110,14 @@ def test_tools_page_shows_a_tool_call_card_and_the_answer(app_url, browser):
     ARTIFACTS.mkdir(exist_ok=True)
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     page.goto(f"{app_url}/tools")
-    page.get_by_text("SmolLM2-135M-Instruct").first.wait_for(timeout=120_000)
+    model_loaded(page, 120_000)
     answer = ask_with_a_forced_call(page, "calculator", "What is 17 * 23?")
     card = answer.get_by_test_id("stExpander").first
+    assert "calculator → 17 * 23 = 391" in card.inner_text()  # the result, in sight while the card is closed
     card.click()  # open the card: arguments and result
-    card.get_by_text("17 * 23 = 391").wait_for(timeout=10_000)
+    card.get_by_text("17 * 23 = 391", exact=True).wait_for(timeout=10_000)
     assert "391" in answer.inner_text() and "<tool_call>" not in answer.inner_text()
-    page.screenshot(path=str(ARTIFACTS / "tools.png"), full_page=False)
+    readme_screenshot(page, "tools.png")
     page.close()
 
 
@@ -118,9 +133,9 @@ def site():
 def open_all_tools(browser, app_url, tool):
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     page.goto(f"{app_url}/all_tools")
-    page.get_by_text("SmolLM2-135M-Instruct").first.wait_for(timeout=120_000)
+    model_loaded(page, 120_000)
     sidebar = page.get_by_test_id("stSidebar")
-    sidebar.get_by_role("slider").first.focus()
+    generation_settings(page).get_by_role("slider").first.focus()
     page.keyboard.press("Home")  # temperature 0: greedy
     choose(page, sidebar.get_by_test_id("stSelectbox").filter(has_text="Tool choice"), tool)
     return page
@@ -149,15 +164,15 @@ def test_all_tools_the_model_runs_python_and_a_plot_appears(app_url, browser):
     answer.get_by_text("import").first.wait_for(timeout=60_000)
     assert answer.get_by_text("waiting for the model...").count() == 0
     page.mouse.move(700, 5)  # no tooltip in the screenshot
-    page.screenshot(path=str(ARTIFACTS / "all-tools-writing.png"), full_page=False)
+    readme_screenshot(page, "all-tools-writing.png")
     answer.get_by_test_id("stImage").first.wait_for(timeout=180_000)
     assert answer.get_by_text("Writing a call to python...").count() == 0
-    answer.get_by_text("python ·").wait_for(timeout=10_000)
+    answer.get_by_text("python →").wait_for(timeout=10_000)
     answer.get_by_text("tok/s").nth(1).wait_for(timeout=120_000)
     page.mouse.move(700, 5)  # no tooltip in the screenshot
     page.wait_for_timeout(1500)  # the page redraws once after the turn
     assert answer.get_by_test_id("stExpander").count() == 1 and answer.get_by_test_id("stImage").count() == 1
-    page.screenshot(path=str(ARTIFACTS / "all-tools.png"), full_page=False)
+    readme_screenshot(page, "all-tools.png")
     page.close()
 
 
@@ -167,7 +182,7 @@ def test_all_tools_an_uploaded_csv_is_analysed_with_python(app_url, browser):
     answer = send(page, "Read prices.csv with pandas and print the average price.", [csv])
     page.locator('[data-testid="stChatMessage"]').first.get_by_text("prices.csv (40 characters)").wait_for(
         timeout=30_000)  # the document, shown with the user's message
-    answer.get_by_text("python ·").wait_for(timeout=180_000)
+    answer.get_by_text("python →").wait_for(timeout=180_000)
     card = answer.get_by_test_id("stExpander").first
     card.click()
     card.get_by_text("pandas").first.wait_for(timeout=10_000)
@@ -178,7 +193,7 @@ def test_all_tools_an_uploaded_csv_is_analysed_with_python(app_url, browser):
 def test_all_tools_a_local_page_is_opened_and_cited(app_url, browser, site):
     page = open_all_tools(browser, app_url, "open_url")
     answer = send(page, f"Read the page {site}/article")
-    answer.get_by_text("open_url ·").wait_for(timeout=180_000)
+    answer.get_by_text("open_url →").wait_for(timeout=180_000)
     answer.get_by_text("tok/s").nth(1).wait_for(timeout=120_000)
     link = answer.locator(f'a[href="{site}/article"]').first
     link.wait_for(timeout=10_000)
@@ -204,9 +219,8 @@ def sunset_png() -> bytes:
 def test_chat_a_picture_to_a_text_only_model_is_shown_refused_clearly_and_its_text_answered(app_url, browser):
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     page.goto(app_url)
-    page.get_by_text("SmolLM2-135M-Instruct").first.wait_for(timeout=120_000)
-    sidebar = page.get_by_test_id("stSidebar")
-    sidebar.get_by_text("Text only: this model cannot see images").wait_for(timeout=10_000)
+    model_loaded(page, 120_000)
+    page.get_by_text("Text only: cannot see images").wait_for(timeout=10_000)
     picture = {"name": "sunset.png", "mimeType": "image/png", "buffer": sunset_png()}
     answer = send(page, "What is in this picture? Where could it be?", [picture])
     question = page.locator('[data-testid="stChatMessage"]').first

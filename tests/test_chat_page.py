@@ -49,29 +49,52 @@ def test_a_next_turn_says_how_much_of_its_prompt_was_cached(app):
     assert found and 0 < int(found[2]) < int(found[1])
 
 
-def test_clear_empties_the_conversation(app):
+def test_new_conversation_empties_the_page_and_shows_the_welcome(app):
     send(app, "Hello there")
-    app.button(key="clear").click().run()
+    app.button(key="history_new").click().run()
     assert messages(app) == []
+    assert any(b.key == "example/chat/Capital of France" for b in app.button)
 
 
-def test_regenerate_replaces_the_last_answer(app):
+def test_an_example_prompt_is_sent_and_answered(app):
+    app.button(key="example/chat/Capital of France").click().run()
+    assert not app.exception
+    (role1, text1, _), (role2, text2, _) = messages(app)
+    assert (role1, text1) == ("user", "What is the capital of France?") and role2 == "assistant" and text2.strip()
+    assert not any(b.key and b.key.startswith("example/") for b in app.button)  # the welcome is gone
+
+
+def versions(at, index):
+    """The `n/m` counter of the bubble at `index`, or None."""
+    found = [c.value for c in at.chat_message[index].caption if re.fullmatch(r"\d+/\d+", c.value)]
+    return found[0] if found else None
+
+
+def test_regenerate_keeps_the_first_answer_as_a_version(app):
     send(app, "Hello there")
     first = messages(app)
-    app.button(key="regenerate").click().run()
+    app.button(key="regenerate/chat/1").click().run()
     again = messages(app)
     assert len(again) == 2 and again[0] == first[0]
     assert again[1][1] == first[1][1]  # greedy: the same answer, not a second one appended
+    assert versions(app, 1) == "2/2"
+    app.button(key="version_back/chat/1").click().run()
+    assert versions(app, 1) == "1/2" and messages(app) == first[:1] + [messages(app)[1]]
 
 
-def test_edit_and_resend_the_last_message(app):
+def test_editing_an_earlier_message_branches_and_keeps_the_rest_as_a_version(app):
     send(app, "Hello there")
-    edit_box = next(t for t in app.text_area if t.key and t.key.startswith("edit/chat/"))
+    send(app, "Second question")
+    edit_box = next(t for t in app.text_area if t.key and t.key.startswith("edit/chat/0/"))
     edit_box.set_value("Question number 2")
-    app.button(key="resend").click().run()
+    app.button(key="edit_send/chat/0").click().run()
     rows = messages(app)
-    assert [r[:2][0] for r in rows] == ["user", "assistant"]
-    assert rows[0][1] == "Question number 2"
+    assert [r[0] for r in rows] == ["user", "assistant"] and rows[0][1] == "Question number 2"
+    assert versions(app, 0) == "2/2"
+    app.button(key="version_back/chat/0").click().run()  # the whole earlier branch comes back
+    assert [r[1] for r in messages(app)][0::2] == ["Hello there", "Second question"]
+    conversation = app.session_state["conversation/chat"]
+    assert [m["content"] for m in conversation.to_openai()][0::2] == ["Hello there", "Second question"]
 
 
 def test_a_stopped_answer_is_kept_and_marked(app, tiny_client):
@@ -96,7 +119,7 @@ def test_a_bad_model_path_is_an_actionable_error_and_nothing_is_lost(app, tiny_m
     assert any("No model is loaded" in e.value for e in app.chat_message[3].error)
     # Fix the path and regenerate: the conversation carries on.
     app.text_input(key="settings.model.model_path").set_value(str(tiny_model_dir)).run()
-    app.button(key="regenerate").click().run()
+    app.button(key="regenerate/chat/3").click().run()
     rows = messages(app)
     assert len(rows) == 4 and rows[3][0] == "assistant" and rows[3][1].strip()
     assert not app.chat_message[3].error
@@ -106,3 +129,21 @@ def test_real_smollm2_answers_in_the_page(monkeypatch, smollm2_dir):
     with open_app(monkeypatch, smollm2_dir, timeout=180, temperature=0.0) as at:
         send(at, "What is the capital of France? Answer in one sentence.")
         assert "Paris" in messages(at)[1][1]
+
+
+def test_the_last_settings_come_back_in_a_new_session(app):
+    """A refresh is a new Streamlit session: the user's last settings are restored from the database."""
+    from streamlit.testing.v1 import AppTest
+
+    from tests.helpers import MAIN
+
+    app.number_input(key="seed").set_value(1234)
+    app.slider(key="temperature").set_value(1.3)
+    app.text_area(key="system_prompt").set_value("You are terse.").run()
+    refreshed = AppTest.from_file(MAIN, default_timeout=120)
+    refreshed.run()
+    assert not refreshed.exception
+    assert refreshed.number_input(key="seed").value == 1234
+    assert refreshed.slider(key="temperature").value == 1.3
+    assert refreshed.text_area(key="system_prompt").value == "You are terse."
+    assert "Changed by you: temperature" in " ".join(c.value for c in refreshed.sidebar.caption)

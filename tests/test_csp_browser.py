@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 from app.ui.csp import HEADER
-from tests.helpers import streamlit_app
+from tests.helpers import generation_settings, streamlit_app
 from tests.test_remote_images_browser import listener
 
 
@@ -25,7 +25,7 @@ def test_the_served_app_forbids_remote_loads_and_still_works(tiny_model_dir, bro
 
         box = page.get_by_test_id("stChatInputTextArea")
         box.wait_for(timeout=120_000)
-        tokens = page.get_by_test_id("stSidebar").get_by_role("spinbutton", name="Max new tokens")
+        tokens = generation_settings(page).get_by_role("spinbutton", name="Max new tokens")
         tokens.fill("8")
         tokens.press("Enter")
         page.wait_for_timeout(1000)

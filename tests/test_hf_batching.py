@@ -77,11 +77,11 @@ def test_a_text_model_is_batched_and_says_so(tiny_client):
     assert tiny_client.activity().describe() == "The model is idle (it writes up to 8 answers together)."
 
 
-def test_the_sidebar_says_how_many_answers_the_model_writes_together(monkeypatch, tiny_model_dir):
+def test_the_page_says_how_many_answers_the_model_writes_together(monkeypatch, tiny_model_dir):
     monkeypatch.setenv("DEMO_HF_MAX_BATCH", "3")
     with open_app(monkeypatch, tiny_model_dir) as at:
-        captions = [caption.value for caption in at.sidebar.caption]
-        assert ":material/groups: The model is idle (it writes up to 3 answers together)." in captions
+        captions = [caption.value for caption in at.caption]  # next to the model picker
+        assert any(":material/groups: The model is idle (it writes up to 3 answers together)." in c for c in captions)
         assert any("batches of 3" in caption.value for caption in at.caption)
 
 

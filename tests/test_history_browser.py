@@ -11,7 +11,7 @@ from playwright.sync_api import expect
 
 from app.storage import ConversationStore
 from app.storage.engine import open_database
-from tests.helpers import ARTIFACTS, settle, streamlit_app
+from tests.helpers import model_loaded, readme_screenshot, settle, streamlit_app
 
 
 def app_serving(smollm2_dir: Path, database_url: str):
@@ -22,7 +22,7 @@ def app_serving(smollm2_dir: Path, database_url: str):
 def open_chat(browser, url: str):
     page = browser.new_page(viewport={"width": 1280, "height": 860})
     page.goto(url)
-    page.get_by_text("SmolLM2-135M-Instruct").first.wait_for(timeout=120_000)
+    model_loaded(page, 120_000)
     return page
 
 
@@ -33,6 +33,22 @@ def send(page, text: str, answers_before: int) -> None:
     answer = page.locator('[data-testid="stChatMessage"]').nth(2 * answers_before + 1)
     answer.get_by_text("tok/s").first.wait_for(timeout=120_000)
     settle(page, answer)  # the page redraws once after the turn
+
+
+def export_current(page, path: Path) -> Path:
+    """Export the open conversation as JSON from the menu next to its history entry."""
+    page.locator(".st-key-history_menu button").first.click()
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Export as JSON").click()
+    download.value.save_as(path)
+    page.keyboard.press("Escape")
+    return path
+
+
+def import_file(page, path: Path) -> None:
+    sidebar = page.get_by_test_id("stSidebar")
+    sidebar.get_by_text("Import a conversation", exact=True).click()
+    sidebar.locator('input[type="file"]').set_input_files(str(path))
 
 
 def bubbles(page) -> list[str]:
@@ -62,20 +78,16 @@ def test_a_conversation_survives_refresh_restart_and_two_tabs(smollm2_dir, brows
         page.locator('[data-testid="stChatMessage"]').nth(1).wait_for(timeout=30_000)
         assert len(bubbles(page)) == 2
         page.mouse.move(700, 5)  # no tooltip in the screenshot
-        sidebar.get_by_text("History", exact=True).scroll_into_view_if_needed()
+        sidebar.get_by_role("button", name="New conversation").scroll_into_view_if_needed()
         page.wait_for_timeout(500)
-        page.screenshot(path=str(ARTIFACTS / "history.png"), full_page=False)
+        readme_screenshot(page, "history.png")
 
-        # Export as JSON from the sidebar, import the file back: a second, equal conversation.
-        sidebar.get_by_text("This conversation").click()
-        with page.expect_download() as download:
-            sidebar.get_by_role("button", name="JSON").click()
-        exported = tmp_path / "exported.json"
-        download.value.save_as(exported)
-        sidebar.locator('input[type="file"]').set_input_files(str(exported))
+        # Export as JSON from the entry's menu, import the file back: a second, equal conversation.
+        exported = export_current(page, tmp_path / "exported.json")
+        import_file(page, exported)
         page.get_by_text("Imported exported.json").wait_for(timeout=30_000)
         page.locator('[data-testid="stChatMessage"]').nth(1).wait_for(timeout=30_000)
-        assert bubbles(page)[0].endswith("What is the capital of France?") and len(bubbles(page)) == 2
+        assert "What is the capital of France?" in bubbles(page)[0] and len(bubbles(page)) == 2
         imported_link = page.url
 
         page.close()

@@ -62,15 +62,16 @@ def test_a_new_session_with_the_link_reopens_the_conversation_and_its_settings(m
     assert again.text_area(key="system_prompt").value == "You are terse."
 
 
-def test_regenerate_rewinds_the_saved_conversation_and_clear_keeps_it_in_the_history(app, database):
+def test_regenerate_saves_both_versions_and_a_new_conversation_keeps_it_in_the_history(app, database):
     send(app, "Hello there")
     (entry,) = database.list("local")
     before = database.get("local", entry.id)
-    app.button(key="regenerate").click().run()
+    app.button(key="regenerate/chat/1").click().run()
     after = database.get("local", entry.id)
     assert [m.role for m in after.messages] == ["user", "assistant"] and after.version == before.version + 1
+    assert len(after.messages[1].versions) == 1 and after.messages[1].version_index == 1  # the first one kept
 
-    app.button(key="clear").click().run()
+    app.button(key="history_new").click().run()
     assert shown(app) == [] and "c" not in app.query_params
     assert [e.id for e in database.list("local")] == [entry.id]  # still there, in the history
     app.button(key=f"history_open/{entry.id}").click().run()
@@ -124,7 +125,7 @@ def test_regenerate_in_a_stale_tab_never_deletes_what_another_tab_wrote(app, dat
     other.run()
     other.number_input(key="max_new_tokens").set_value(6).run()
     send(other, "Written in the other tab")
-    app.button(key="regenerate").click().run()  # this tab has not seen the other tab's messages
+    app.button(key="regenerate/chat/1").click().run()  # this tab has not seen the other tab's messages
     assert any("changed in another tab" in w.value for w in app.warning)
     contents = [m.content for m in database.get("local", entry.id).messages if m.role == "user"]
     assert contents == ["Hello there", "Written in the other tab"]

@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from tests.helpers import ARTIFACTS, streamlit_app
+from tests.helpers import ARTIFACTS, model_loaded, readme_screenshot, streamlit_app
 from tests.test_browser import ask_with_a_forced_call
 
 SERVER = Path(__file__).parent / "mcp_servers" / "demo_server.py"
@@ -23,7 +23,7 @@ def test_the_model_calls_an_mcp_tool_and_answers_from_its_result(smollm2_dir, br
     with streamlit_app(env, "streamlit-mcp.log") as url:
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         page.goto(f"{url}/tools")
-        page.get_by_text("SmolLM2-135M-Instruct").first.wait_for(timeout=120_000)
+        model_loaded(page, 120_000)
         sidebar = page.get_by_test_id("stSidebar")
         sidebar.get_by_text("connected · 11 tools").wait_for(state="attached", timeout=60_000)  # in its section
         # paint(color: "red" | "green" | "blue", coats: int, note: str): the call is constrained to that schema.
@@ -35,5 +35,5 @@ def test_the_model_calls_an_mcp_tool_and_answers_from_its_result(smollm2_dir, br
         sidebar.get_by_text("connected · 11 tools").wait_for(timeout=10_000)
         page.wait_for_timeout(500)
         page.mouse.move(700, 5)
-        page.screenshot(path=str(ARTIFACTS / "mcp.png"), full_page=False)
+        readme_screenshot(page, "mcp.png")
         page.close()

@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from app.storage import ConversationStore, open_database
-from tests.helpers import ARTIFACTS, streamlit_app
+from tests.helpers import ARTIFACTS, generation_settings, streamlit_app
 from tests.test_remote_images_page import one_line, payload, store_hostile_conversation
 
 
@@ -89,7 +89,7 @@ def test_no_request_leaves_the_browser_for_hostile_text(tiny_model_dir, browser,
             page.get_by_test_id("stSidebar").get_by_role("button", name="New conversation").click()
             page.wait_for_timeout(1000)
             box = page.get_by_test_id("stChatInputTextArea")
-            tokens = page.get_by_test_id("stSidebar").get_by_role("spinbutton", name="Max new tokens")
+            tokens = generation_settings(page).get_by_role("spinbutton", name="Max new tokens")
             tokens.fill("16")
             tokens.press("Enter")
             page.wait_for_timeout(1000)

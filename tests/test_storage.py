@@ -337,7 +337,7 @@ def test_truncate_refuses_to_drop_messages_the_caller_has_not_seen(store):
     assert store.truncate("alice", conversation, 1, expected_version=1, expected_count=3) == 2
 
 
-def test_truncate_marks_messages_deleted_and_edits_check_the_version(store, engine):
+def test_truncate_deletes_the_dropped_messages_and_edits_check_the_version(store, engine):
     conversation = store.create("alice", "chat")
     for index in range(5):
         store.append("alice", conversation, Message("user" if index % 2 == 0 else "assistant", f"m{index}"))
@@ -356,10 +356,10 @@ def test_truncate_marks_messages_deleted_and_edits_check_the_version(store, engi
     stored = store.get("alice", conversation)
     assert ([m.content for m in stored.messages], stored.title, stored.version) == (
         ["m0", "m1", "m2", "again"], "Two lines", 4)
-    with engine.connect() as connection:  # append-only: the dropped rows are still there, marked
+    with engine.connect() as connection:  # the dropped rows are gone (versions keep what the user may want back)
         rows = connection.execute(select(MessageRow.seq, MessageRow.deleted).where(
             MessageRow.conversation_id == conversation).order_by(MessageRow.seq)).all()
-    assert rows == [(0, False), (1, False), (2, False), (3, True), (4, True), (5, False)]
+    assert rows == [(0, False), (1, False), (2, False), (5, False)]
     assert store.truncate("alice", conversation, 0, expected_version=4) == 5  # Clear
     assert store.get("alice", conversation).messages == []
     assert store.list("alice")[0].message_count == 0

@@ -19,7 +19,7 @@ from app.conversation import Conversation, Message
 from app.dialects import get_dialect
 from app.storage.codec import conversation_to_markdown, decode_message, encode_message
 from app.thinking import THINK_TAGS, ThinkingSplitter
-from tests.helpers import collect
+from tests.helpers import collect, readme_screenshot
 from tests.tiny_model import build_scripted_model
 
 THOUGHT = ["The user", " asks for", " 2 + 2.", " Two and two", " make four."]
@@ -257,5 +257,5 @@ def test_in_a_real_browser_the_thought_streams_into_its_section_and_opens_on_cli
         section.get_by_text("Two and two make four.").wait_for(timeout=10_000)
         page.wait_for_timeout(500)  # the section's opening animation
         page.mouse.move(700, 5)
-        page.screenshot(path=str(ARTIFACTS / "thinking.png"), full_page=False)
+        readme_screenshot(page, "thinking.png")
         page.close()

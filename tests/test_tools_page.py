@@ -42,7 +42,7 @@ def test_a_forced_call_shows_a_card_with_arguments_and_result(tiny_app):
     user, assistant = tiny_app.chat_message
     assert user.markdown[0].value == "What is 6 * 7?"
     (card,) = assistant.status
-    assert card.label.startswith("calculator · ") and card.label.split(" · ")[1].endswith(" s")
+    assert card.label.startswith("calculator") and " → " in card.label and card.label.endswith(" s")
     captions = [c.value for c in card.caption]
     assert captions == ["Arguments", "Result"]
     assert json.loads(card.code[0].value).keys() == {"expression"} and card.code[1].value
@@ -74,7 +74,7 @@ def test_regenerate_replaces_the_whole_tool_turn(tiny_app):
     tiny_app.selectbox(key="settings.tools.choice").set_value("count_words").run()
     ask(tiny_app, "Count these words")
     first = tiny_app.chat_message[1].status[0].code[0].value
-    tiny_app.button(key="regenerate").click().run()
+    tiny_app.button(key="regenerate/tools/1").click().run()
     assert not tiny_app.exception
     assert len(tiny_app.chat_message) == 2 and len(tiny_app.chat_message[1].status) == 1
     assert tiny_app.chat_message[1].status[0].code[0].value == first  # greedy: the same call again
@@ -85,7 +85,7 @@ def test_smollm2_calls_the_calculator_and_answers_from_the_result(smol_app):
     ask(smol_app, "What is 17 * 23?")
     _, assistant = smol_app.chat_message
     (card,) = assistant.status
-    assert card.label.startswith("calculator · ") and "failed" not in card.label
+    assert card.label.startswith("calculator → 17 * 23 = 391 · ") and "failed" not in card.label
     assert card.code[1].value == "17 * 23 = 391"
     answer = "".join(md.value for md in assistant.markdown)
     assert "391" in answer and "<tool_call>" not in answer

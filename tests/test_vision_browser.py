@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tests.helpers import ARTIFACTS, streamlit_app
+from tests.helpers import ARTIFACTS, readme_screenshot, streamlit_app
 from tests.test_browser import send, sunset_png
 
 
@@ -23,7 +23,7 @@ def test_a_picture_is_shown_in_the_chat_and_the_vision_model_answers(vlm_app_url
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     page.goto(vlm_app_url)
     page.get_by_text("tiny-vlm").first.wait_for(timeout=120_000)  # status line: model loaded
-    page.get_by_test_id("stSidebar").get_by_text("Sees images").wait_for(timeout=10_000)
+    page.get_by_text("Sees images").wait_for(timeout=10_000)
     picture = {"name": "sunset.png", "mimeType": "image/png", "buffer": sunset_png()}
     answer = send(page, "What is in this picture?", [picture])
     question = page.locator('[data-testid="stChatMessage"]').first
@@ -33,5 +33,5 @@ def test_a_picture_is_shown_in_the_chat_and_the_vision_model_answers(vlm_app_url
     answer.get_by_text("tok/s").first.wait_for(timeout=120_000)
     assert answer.get_by_test_id("stAlert").count() == 0  # an answer, not an error
     assert image.locator("img").evaluate("img => img.naturalWidth") == 480
-    page.screenshot(path=str(ARTIFACTS / "vision.png"), full_page=False)
+    readme_screenshot(page, "vision.png")
     page.close()

@@ -22,7 +22,8 @@ def conversation(at, page: str = "chat"):
 
 
 def sidebar_captions(at) -> list[str]:
-    return [caption.value for caption in at.sidebar.caption]
+    """The captions of the page and sidebar (the model's status is next to the model picker)."""
+    return [caption.value for caption in at.caption] + [caption.value for caption in at.sidebar.caption]
 
 
 def test_a_vision_model_gets_the_picture_which_shows_in_the_chat_and_is_saved(monkeypatch, tiny_vlm_dir, tmp_path):
@@ -44,7 +45,7 @@ def test_a_vision_model_gets_the_picture_which_shows_in_the_chat_and_is_saved(mo
 
 def test_a_text_only_model_says_it_cannot_see_and_answers_the_text_when_asked(monkeypatch, tiny_model_dir):
     with open_app(monkeypatch, tiny_model_dir, temperature=0.0, max_new_tokens=6) as at:
-        assert any("Text only: this model cannot see images" in caption for caption in sidebar_captions(at))
+        assert any("Text only: cannot see images" in caption for caption in sidebar_captions(at))
         send_picture(at, "What is this?")
         error = at.chat_message[1].error[0].value
         assert "cannot see images" in error and "SmolVLM" in error

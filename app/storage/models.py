@@ -1,7 +1,7 @@
-"""The tables. Conversations hold their settings and counters; messages are append-only rows (a truncation marks
-rows deleted), each holding one message as JSON text (app/storage/codec.py) and a lower-cased copy of its text for
-search; preferences hold each user's last settings. The migrations in migrations/versions create exactly this; tests
-compare the two."""
+"""The tables. Conversations hold their settings and counters; messages are rows appended in order (a truncation
+deletes the dropped ones; a database written before versions existed may still hold rows marked `deleted`), each
+holding one message as JSON text (app/storage/codec.py) and a lower-cased copy of its text for search; preferences
+hold each user's last settings. The migrations in migrations/versions create exactly this; tests compare the two."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ class ConversationRow(Base):
     title: Mapped[str] = mapped_column(String(200))
     settings: Mapped[dict[str, Any]]
     version: Mapped[int]  # optimistic concurrency: bumped by truncate and rename, not by append
-    message_count: Mapped[int]  # the next message's seq; deleted rows keep their seq, so this never goes down
+    message_count: Mapped[int]  # the next message's seq: never goes down, so a seq is never reused
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]  # the last append, truncation or rename
 

@@ -150,7 +150,9 @@ class ConversationStore:
 
     def truncate(self, owner: str, id: str, keep: int, expected_version: int,
                  expected_count: int | None = None) -> int:
-        """Keep the first `keep` shown messages and mark the rest deleted (Regenerate, edit-and-resend, Clear);
+        """Keep the first `keep` shown messages and delete the rest (a Regenerate, an edit, a version switch: what
+        is dropped lives on in the versions of the message that replaces it, so keeping the rows too would store
+        every switch twice, pictures included);
         returns the new version. VersionConflict if the conversation is no longer at expected_version, or, given
         `expected_count`, no longer has that many shown messages: appends do not move the version, and a caller
         that has not seen another tab's messages must not delete them."""
@@ -165,7 +167,7 @@ class ConversationStore:
                     raise VersionConflict(id, expected_version, version)  # rolled back with the transaction
             first_dropped = session.scalar(select(M.seq).where(*shown).order_by(M.seq).offset(keep).limit(1))
             if first_dropped is not None:
-                session.execute(update(M).where(*shown, M.seq >= first_dropped).values(deleted=True)
+                session.execute(delete(M).where(*shown, M.seq >= first_dropped)
                                 .execution_options(synchronize_session=False))
         return version
 

@@ -4,6 +4,7 @@ the message box's value, streams the answer and offers a text-only retry."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import streamlit as st
@@ -14,36 +15,19 @@ from app.chat_format import ImagePolicy
 from app.clients.base import Client
 from app.conversation import Conversation, Message
 from app.media import ImageError
-from app.ui import persistence, state
+from app.ui import model_status, persistence, state
 from app.ui.live_turn import stream_turn
 from app.ui.messages import render_message
 from app.ui.safe_markdown import safe_markdown
-from app.ui.sidebar import SidebarState, page_section
-
-_VISION_LABELS = {
-    True: ":material/visibility: Sees images: attach pictures to ask about them.",
-    False: ":material/visibility_off: Text only: this model cannot see images (load a vision-language model, "
-           "e.g. SmolVLM, to ask about pictures).",
-    None: ":material/help: Images: the API server decides whether this model can see them.",
-}
-
-
-_ACTIVITY_HELP = ("Every browser tab and API request shares the one loaded model. The transformers backend writes up "
-                  "to DEMO_HF_MAX_BATCH answers together (continuous batching), vLLM batches them itself; this is "
-                  "how many it was writing when the page was drawn.")
+from app.ui.sidebar import SidebarState, status_section
 
 
 def show_model(client: Client | None, detail: str = "") -> None:
-    """Under the page title, the loaded model; in the sidebar, whether it can see images and how many answers (of
-    every session) it is writing now."""
-    if client is None:
-        return
-    st.caption(safe_markdown(client.describe() + detail))
-    with page_section():
-        st.caption(_VISION_LABELS[client.capabilities.vision])
-        activity = client.activity()
-        if activity is not None:
-            st.caption(":material/groups: " + activity.describe(), help=_ACTIVITY_HELP)
+    """Under the page title, the loaded model; next to the model picker, its live status (app/ui/model_status.py)."""
+    with status_section():
+        model_status.render(client)
+    if client is not None:
+        st.caption(safe_markdown(client.describe() + detail))
 
 
 def answer_if_asked(
@@ -79,6 +63,8 @@ def answer_if_asked(
         answer_error(conversation, "No model is loaded: fix the model settings in the sidebar, then press Regenerate.")
     else:
         images = ImagePolicy(see=not (request and request.text_only), tool_images=tool_images)
+        if request is not None and request.tool and tools is not None and request.tool in tools.registry.names:
+            tools = replace(tools, choice=request.tool)  # an example prompt made for this tool
         stream_turn(page, client, conversation, sidebar, tools, transform, images)
     persistence.save(page, conversation)
     st.rerun()
@@ -127,8 +113,10 @@ def offer_text_only_answer(page: str, conversation: Conversation, client: Client
 
 
 def _answer_text_only(page: str, conversation: Conversation) -> None:
-    conversation.rewind_to_last_user()
-    state.request_turn(page, text_only=True)
+    last_user = conversation.last_user_index()
+    if last_user is not None:
+        conversation.new_version(last_user + 1)  # the refusal stays as a version
+        state.request_turn(page, text_only=True)
 
 
 def answer_error(conversation: Conversation, reason: str) -> None:

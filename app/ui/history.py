@@ -1,16 +1,19 @@
-"""The sidebar's history for the current page: new conversation, search, the list (newest first), and for the open
-conversation rename, export (JSON, Markdown) and delete; import of an exported JSON file."""
+"""The sidebar's history for the current page, at its top: new conversation, search, the list (newest first, under
+Today / Yesterday / Previous 7 days / Older), and next to the open conversation's entry a menu to rename, export
+(JSON, Markdown) and delete it; import of an exported JSON file."""
 
 from __future__ import annotations
 
 import json
 import re
+from datetime import UTC, datetime, timedelta
 
 import streamlit as st
 
 from app.conversation import Conversation
 from app.storage import ConversationNotFound, ImportRejected, StorageError
-from app.ui import persistence
+from app.storage.records import ConversationSummary
+from app.ui import persistence, sidebar
 from app.ui.persistence import owner, store
 from app.ui.safe_markdown import safe_label, safe_markdown
 
@@ -21,10 +24,10 @@ _NOTICE = "_history_notice"
 def render(page: str, conversation: Conversation) -> None:
     if notice := st.session_state.pop(_NOTICE, None):
         st.toast(safe_label(notice), icon=":material/upload:")
-    with st.sidebar:
-        st.subheader("History")
+    with sidebar.history_section():
         who = owner()
         if who is None:
+            st.subheader("History")
             st.caption("Sign in to keep your conversations: they are saved for you alone.")
             st.button("Sign in", key="history_login", icon=":material/login:", width="stretch", on_click=st.login)
             return
@@ -40,14 +43,36 @@ def render(page: str, conversation: Conversation) -> None:
         current = persistence.binding(page).conversation_id
         if not listed:
             st.caption("No conversation matches." if search.strip() else "Conversations appear here once sent.")
+        group = None
         for item in listed:
-            st.button(safe_label(item.title) or "Untitled", key=f"history_open/{item.id}", width="stretch",
-                      type="primary" if item.id == current else "tertiary",
-                      help=f"{item.message_count} messages · {item.updated_at:%Y-%m-%d %H:%M} UTC",
-                      on_click=_open, args=(page, conversation, item.id))
-        if current is not None:
-            _this_conversation(page, conversation, current, who)
-        _import(page, who)
+            if (when := day_group(item.updated_at)) != group:
+                group = when
+                st.caption(when)
+            if item.id == current:
+                _current_entry(page, conversation, item, who)
+            else:
+                st.button(safe_label(item.title) or "Untitled", key=f"history_open/{item.id}", width="stretch",
+                          type="tertiary", help=_entry_help(item), on_click=_open, args=(page, conversation, item.id))
+        with st.expander("Import a conversation", icon=":material/upload_file:"):
+            _import(page, who)
+        st.divider()
+
+
+def day_group(when: datetime, now: datetime | None = None) -> str:
+    """The heading an entry updated at `when` (UTC) is listed under."""
+    today = (now or datetime.now(UTC)).date()
+    day = when.astimezone(UTC).date() if when.tzinfo else when.date()
+    if day >= today:
+        return "Today"
+    if day == today - timedelta(days=1):
+        return "Yesterday"
+    if day > today - timedelta(days=7):
+        return "Previous 7 days"
+    return "Older"
+
+
+def _entry_help(item: ConversationSummary) -> str:
+    return f"{item.message_count} messages · {item.updated_at:%Y-%m-%d %H:%M} UTC"
 
 
 def _open(page: str, conversation: Conversation, conversation_id: str) -> None:
@@ -63,28 +88,42 @@ def _file_name(title: str, suffix: str) -> str:
     return (re.sub(r"[^\w-]+", "-", title).strip("-")[:60] or "conversation") + suffix
 
 
-def _this_conversation(page: str, conversation: Conversation, conversation_id: str, who: str) -> None:
+def _current_entry(page: str, conversation: Conversation, item: ConversationSummary, who: str) -> None:
+    """The open conversation's entry, highlighted, with its menu next to it: rename, export, delete."""
+    entry, menu = st.columns([5, 1], gap=None, vertical_alignment="center")
+    entry.button(safe_label(item.title) or "Untitled", key=f"history_open/{item.id}", width="stretch",
+                 type="primary", help=_entry_help(item), on_click=_open, args=(page, conversation, item.id))
+    with menu.popover("", icon=":material/more_vert:", key="history_menu", type="tertiary",
+                      help="Rename, export or delete"):
+        _menu(page, conversation, item, who)
+
+
+def _menu(page: str, conversation: Conversation, item: ConversationSummary, who: str) -> None:
     try:
-        stored = store().get(who, conversation_id, with_messages=False)
-    except StorageError:
+        stored = store().get(who, item.id, with_messages=False)
+    except StorageError as exc:
+        st.caption(safe_markdown(f"Not available: {exc}"))
         return
-    with st.expander("This conversation"):
-        title = st.text_input("Title", value=stored.title, key=f"history_title/{conversation_id}/{stored.version}")
-        if title.strip() and title.strip() != stored.title:
-            _rename(page, who, conversation_id, title.strip(), stored.version)
-        left, right = st.columns(2)
-        left.download_button("JSON", key="history_export_json", icon=":material/download:", width="stretch",
-                             file_name=_file_name(stored.title, ".json"), mime="application/json",
-                             on_click="ignore",
-                             data=lambda: json.dumps(store().export_json(who, conversation_id), indent=1))
-        right.download_button("Markdown", key="history_export_md", icon=":material/download:", width="stretch",
-                              file_name=_file_name(stored.title, ".md"), mime="text/markdown", on_click="ignore",
-                              data=lambda: store().export_markdown(who, conversation_id))
-        with st.popover("Delete", icon=":material/delete:", width="stretch"):
-            title = stored.title or "Untitled"
-            st.markdown(safe_markdown(f"Delete **{title}** and its {stored.message_count} messages for good?"))
-            st.button("Delete for good", key="history_delete", type="primary",
-                      on_click=_delete, args=(page, conversation, who, conversation_id))
+    key = f"history_title/{item.id}/{stored.version}"
+    st.text_input("Title", value=stored.title, key=key, on_change=_rename_from,
+                  args=(page, who, item.id, key, stored.title, stored.version))
+    st.download_button("Export as JSON", key="history_export_json", icon=":material/download:", width="stretch",
+                       file_name=_file_name(stored.title, ".json"), mime="application/json", on_click="ignore",
+                       data=lambda: json.dumps(store().export_json(who, item.id), indent=1))
+    st.download_button("Export as Markdown", key="history_export_md", icon=":material/download:", width="stretch",
+                       file_name=_file_name(stored.title, ".md"), mime="text/markdown", on_click="ignore",
+                       data=lambda: store().export_markdown(who, item.id))
+    title = stored.title or "Untitled"
+    st.caption(safe_markdown(f"Delete **{title}** and its {stored.message_count} messages for good:"))
+    st.button("Delete", key="history_delete", type="primary", icon=":material/delete:", width="stretch",
+              on_click=_delete, args=(page, conversation, who, item.id))
+
+
+def _rename_from(page: str, who: str, conversation_id: str, key: str, old_title: str, version: int) -> None:
+    """The title box's callback: it runs before the next run draws the list, which then shows the new title."""
+    title = str(st.session_state.get(key, "")).strip()
+    if title and title != old_title:
+        _rename(page, who, conversation_id, title, version)
 
 
 def _rename(page: str, who: str, conversation_id: str, title: str, version: int) -> None:

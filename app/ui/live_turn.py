@@ -29,14 +29,16 @@ from app.agent import (
 from app.chat_format import ImagePolicy
 from app.clients.base import Client
 from app.conversation import Conversation, Message
-from app.ui import persistence
+from app.ui import model_status, persistence, state
 from app.ui.messages import (
     THOUGHT_ICON,
     arguments,
     card_label,
     card_state,
     metrics_caption,
+    model_answer_mark,
     result_body,
+    text_markdown,
     thought_label,
     tool_images,
 )
@@ -47,6 +49,7 @@ if TYPE_CHECKING:  # an internal module of Streamlit's: for annotations only, ne
     from streamlit.elements.lib.mutable_status_container import StatusContainer
 
 _FLUSH_EVERY_S = 0.05  # re-render the growing answer at most 20 times a second
+_STATUS_EVERY_S = 2.0  # redraw the model's status (how many answers it writes) this often while streaming
 
 
 def stream_turn(
@@ -61,17 +64,25 @@ def stream_turn(
     """Stream a turn into an assistant bubble: text as it comes, a live card per tool call; each finished answer
     and tool result is saved to the page's stored conversation at once.
 
-    If the user presses Stop (or anything reruns the script), Streamlit raises inside a render call; closing the
-    event stream then cancels generation (or abandons the running tool) and the agent keeps what happened so far,
-    marked stopped. After Stop Streamlit refuses every further render call, so the "Stopped" mark appears on the
-    next rerun.
+    Every turn (a sent message, Regenerate, an edit, "Answer the text only", each step of a tool loop) has the
+    same Stop button at the top of its bubble. Pressing it (or anything else that reruns the script) starts a new
+    run and makes this one raise inside its next render call; closing the event stream then cancels generation
+    (or abandons the running tool) and the agent keeps what happened so far, marked stopped. The new run waits
+    for that (state.wait_for_interrupted_turn) and so draws the stopped answer at once, with its metrics.
     """
-    with st.chat_message("assistant"):
+    with state.turn_running(), st.chat_message("assistant"):
+        st.button("Stop", key=f"stop/{page}", icon=":material/stop_circle:", type="secondary",
+                  help="Stop this answer: what it wrote so far is kept, marked Stopped.")
         turn = LiveTurn(page, conversation, transform)
         events = run_turn(client, conversation, sidebar.params, sidebar.system_prompt, tools=tools, images=images)
+        status_drawn = 0.0
         with closing(events):
             for event in events:
+                if time.monotonic() - status_drawn >= _STATUS_EVERY_S:  # the status fragment waits for the run
+                    model_status.refresh(client)
+                    status_drawn = time.monotonic()
                 turn.show(event)
+        model_status.refresh(client)
 
 
 class LiveTurn:
@@ -86,6 +97,7 @@ class LiveTurn:
         self.notices = st.container()
         self.thought_slot = st.empty()  # a reasoning model's thought, above the answer it leads to
         self.thought: _Thought | None = None
+        self.answer_mark = st.container()  # after a tool result: that the words below are the model's
         self.body = st.empty()  # the answer being written
         self.text = ""  # the answer so far
         self.last_flush = 0.0  # when the answer or the call being written was last redrawn
@@ -94,6 +106,7 @@ class LiveTurn:
         self.card: StatusContainer | None = None  # the running tool call's card
         self.card_name = ""
         self.card_started = 0.0
+        self.after_tool = False  # the next answer follows a tool result: marked as the model's
 
     def show(self, event: TurnEvent) -> None:
         """Draw one event. A new event type is a type error here until it has a case."""
@@ -128,9 +141,13 @@ class LiveTurn:
     def on_text(self, event: TextDelta) -> None:
         if self.thought is not None:
             self.thought.answer_started()
+        if self.after_tool:
+            with self.answer_mark:
+                model_answer_mark()
+            self.after_tool = False
         self.text += event.text
         if self._flush_due():
-            self.body.markdown(safe_markdown(self.text, streaming=True))
+            self.body.markdown(text_markdown(self.text, streaming=True))
 
     def on_waiting(self, event: Waiting) -> None:
         """A beat with nothing new: the running tool's card counts the seconds, an empty answer says it waits."""
@@ -138,7 +155,7 @@ class LiveTurn:
             running_for = time.monotonic() - self.card_started
             self.card.update(label=safe_label(f"Running {self.card_name}... {running_for:.1f} s"))
         elif not self.writing_call:
-            self.body.markdown(safe_markdown(self.text, streaming=True) or ":grey[waiting for the model...]")
+            self.body.markdown(text_markdown(self.text, streaming=True) or ":grey[waiting for the model...]")
 
     def on_call_writing(self, event: ToolCallWriting) -> None:
         if not self.writing_call and not self.text:
@@ -160,7 +177,7 @@ class LiveTurn:
         self.writing.empty()
         self.writing_call = False
         content = event.message.content or ""
-        self.body.markdown(safe_markdown(self.transform(content) if self.transform else content))
+        self.body.markdown(text_markdown(self.transform(content) if self.transform else content))
         if not event.message.error and (event.message.content or event.message.tool_calls):
             metrics_caption(event.message)
         self.text = ""
@@ -182,6 +199,8 @@ class LiveTurn:
         tool_images(event.message)
         self.card = None
         self.thought_slot = st.empty()  # the next answer (and its thought) goes below the card
+        self.answer_mark = st.container()
+        self.after_tool = True
         self.body = st.empty()
         self.writing = st.empty()
 

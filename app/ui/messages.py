@@ -13,61 +13,84 @@ from streamlit.delta_generator import DeltaGenerator
 
 from app.conversation import Conversation, Message, ToolCall
 from app.tools.browser import cited_sources
-from app.ui import persistence
+from app.ui import message_actions, persistence
+from app.ui.line_breaks import keep_line_breaks
 from app.ui.safe_markdown import safe_label, safe_markdown
 
 THOUGHT_ICON = ":material/psychology:"
 
 
 @persistence.shown_safely  # a stored conversation that cannot be drawn says why instead of stopping the page
-def render_history(conversation: Conversation, transform: Callable[[str], str] | None = None) -> None:
+def render_history(page: str, conversation: Conversation, transform: Callable[[str], str] | None = None) -> None:
     """User messages in their own bubbles; everything the assistant did for one question (answers, tool calls and
-    their results) in one assistant bubble."""
+    their results) in one assistant bubble. Each bubble ends with its actions (app/ui/message_actions.py)."""
     results = {m.tool_call_id: m for m in conversation.messages if m.role == "tool"}
-    bubble = None
-    turn_results: list[Message] = []
-    for message in conversation.messages:
+    messages = conversation.messages
+    index = 0
+    while index < len(messages):
+        message = messages[index]
         if message.role in ("user", "system"):
-            _sources(bubble, turn_results)
-            bubble, turn_results = None, []
-            render_message(message)
-        elif message.role == "assistant":
-            bubble = bubble or st.chat_message("assistant")
-            with bubble:
-                _render_answer(message, results, transform)
-        elif message.role == "tool":
-            turn_results.append(message)
-    _sources(bubble, turn_results)
+            with render_message(message):
+                if message.role == "user":
+                    message_actions.user_actions(page, conversation, index)
+            index += 1
+            continue
+        head, turn_results = index, []
+        with st.chat_message("assistant"):
+            after_tool = False
+            while index < len(messages) and messages[index].role in ("assistant", "tool"):
+                if messages[index].role == "assistant":
+                    _render_answer(messages[index], results, transform, after_tool=after_tool)
+                    after_tool = bool(messages[index].tool_calls)
+                else:
+                    turn_results.append(messages[index])
+                index += 1
+            _sources(turn_results)
+            message_actions.answer_actions(page, conversation, head, index - 1)
 
 
-def _sources(bubble: DeltaGenerator | None, tool_results: list[Message]) -> None:
+def _sources(tool_results: list[Message]) -> None:
     """Under an answer: links to the web pages its tools read (numbered as the model was told to cite them)."""
     found = cited_sources("\n".join(m.content for m in tool_results))
-    if bubble is not None and found:
-        with bubble:
-            links = " · ".join(f"[[{n}] {title}]({url})" for n, title, url in found)
-            st.caption(safe_markdown("Sources: " + links))
+    if found:
+        links = " · ".join(f"[[{n}] {title}]({url})" for n, title, url in found)
+        st.caption(safe_markdown("Sources: " + links))
 
 
-def render_message(message: Message) -> None:
-    """One message in its own bubble, its pictures above its text."""
-    with st.chat_message(message.role):
+def render_message(message: Message) -> DeltaGenerator:
+    """One message in its own bubble, its pictures above its text; the bubble, to add to."""
+    bubble = st.chat_message(message.role)
+    with bubble:
         if message.images:
             columns = st.columns(min(len(message.images), 4))
             for index, image in enumerate(message.images):
                 columns[index % len(columns)].image(image.data, caption=safe_markdown(image.name), width="content")
         _render_answer(message, {})
+    return bubble
+
+
+def text_markdown(text: str, *, streaming: bool = False) -> str:
+    """A message's text as the page renders it: line breaks as written, nothing that loads a remote resource."""
+    return safe_markdown(keep_line_breaks(text), streaming=streaming)
+
+
+def model_answer_mark() -> None:
+    """Above an answer that follows a tool result: the words are the model's, not the tool's."""
+    st.caption(":material/smart_toy: The model, after the result:")
 
 
 def _render_answer(
-    message: Message, results: dict[str | None, Message], transform: Callable[[str], str] | None = None
+    message: Message, results: dict[str | None, Message], transform: Callable[[str], str] | None = None,
+    after_tool: bool = False,
 ) -> None:
     if message.thinking:
         with st.expander(thought_label(message), icon=THOUGHT_ICON):
             st.markdown(safe_markdown(message.thinking))
     if message.content:
         content = transform(message.content) if transform and message.role == "assistant" else message.content
-        st.markdown(safe_markdown(content))
+        if after_tool:
+            model_answer_mark()
+        st.markdown(text_markdown(content))
     for document in (a for a in message.attachments if a.kind == "document"):
         if not document.text:
             st.warning(safe_markdown(f"{document.name}: {document.note}"), icon=":material/warning:")
@@ -90,13 +113,25 @@ def _render_answer(
         tool_images(result)
 
 
+_SUMMARY_CHARS = 80
+
+
 def card_label(call: ToolCall, result: Message | None) -> str:
-    """A finished call's card title: the tool, how long it ran and how it ended."""
+    """A finished call's card title: the tool, how it ended, its result in one line (so a collapsed card still
+    shows it) and how long it ran."""
     if result is None:
         return safe_label(f"{call.name} · no result")
     took = f" · {result.duration_s:.2f} s" if result.duration_s is not None else ""
     outcome = {"stopped": " · stopped", "failed": " · failed"}.get(result.tool_status or "", "")
-    return safe_label(f"{call.name}{took}{outcome}")
+    return safe_label(f"{call.name}{outcome} → {result_summary(result)}{took}")
+
+
+def result_summary(result: Message) -> str:
+    """A tool result in one short line: its first non-empty line, cut."""
+    text = (result.display_text or result.content).strip()
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "(no output)")
+    more = len(first) > _SUMMARY_CHARS or "\n" in text
+    return first[:_SUMMARY_CHARS].rstrip() + ("…" if more else "")
 
 
 def card_state(result: Message | None) -> Literal["complete", "error"]:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, ParamSpec
 
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from app.conversation import Conversation, Message
 from app.storage import (
@@ -159,19 +160,27 @@ def cannot_show(problem: str) -> str:
                          "(This conversation, in the sidebar), or start a new conversation.")
 
 
-def shown_safely(render: Callable[P, None]) -> Callable[P, None]:
+def shown_safely(render: Callable[P, None]) -> Callable[P, DeltaGenerator]:
     """Wrap the function that draws a stored conversation: when drawing fails, whatever it drew is replaced by
-    why, instead of a traceback that ends the run (the sidebar and the history are drawn before it and work)."""
+    why, instead of a traceback that ends the run (the sidebar and the history are drawn before it and work).
+
+    The wrapped function returns the container it drew into, for the page to go on drawing in (the new message,
+    the turn as it streams). Drawn in the same container, the streaming answer takes the place of the bubble
+    that a Regenerate or an edit removed; in a container of its own it would appear below that bubble, which
+    Streamlit keeps on screen (stale) until the run ends."""
 
     @functools.wraps(render)
-    def guarded(*args: P.args, **kwargs: P.kwargs) -> None:
+    def guarded(*args: P.args, **kwargs: P.kwargs) -> DeltaGenerator:
         slot = st.empty()
+        box = slot.container()
         try:
-            with slot.container():
+            with box:
                 render(*args, **kwargs)
         except Exception as exc:  # Streamlit's rerun and stop are BaseExceptions: they pass
             log.exception("A conversation could not be shown")
-            slot.error(cannot_show(f"{type(exc).__name__}: {str(exc)[:300]}"), icon=":material/error:")
+            box = slot.container()
+            box.error(cannot_show(f"{type(exc).__name__}: {str(exc)[:300]}"), icon=":material/error:")
+        return box
 
     return guarded
 

@@ -20,12 +20,13 @@ _RANGES = {"temperature": (0.0, 2.0), "top_p": (0.05, 1.0), "top_k": (0, 500), "
 
 
 class SamplingValues(TypedDict):
-    """The sliders' values, as GenerationParams takes them."""
+    """The sliders' values, as GenerationParams takes them, and which of them are left to an API server."""
 
     temperature: float
     top_p: float
     top_k: int
     repetition_penalty: float
+    server_defaults: list[str]
 
 
 def _in_range(name: str, value: float | int) -> float | int:
@@ -38,7 +39,8 @@ def _derive(defaults: GenerationDefaults) -> None:
     if applied == defaults.values:
         return
     for name in SAMPLING_FIELDS:
-        untouched = applied is None or st.session_state.get(name) == applied.get(name)
+        # Without defaults applied before, a value already there is the user's (restored by app/ui/preferences.py).
+        untouched = applied is not None and st.session_state.get(name) == applied.get(name)
         if name not in st.session_state or untouched:
             st.session_state[name] = _in_range(name, defaults.values[name])
     st.session_state[_APPLIED_KEY] = dict(defaults.values)
@@ -50,8 +52,9 @@ def _reset(defaults: GenerationDefaults) -> None:
     st.session_state[_APPLIED_KEY] = dict(defaults.values)
 
 
-def render(defaults: GenerationDefaults) -> SamplingValues:
-    """Draw the sliders; return the values in use."""
+def render(defaults: GenerationDefaults, server_decides: bool = False) -> SamplingValues:
+    """Draw the sliders; return the values in use. `server_decides` (an OpenAI-compatible server): the values the
+    user has not changed are not sent, so the server applies its model's own defaults, as for any API client."""
     _derive(defaults)
     temperature = st.slider("Temperature", *_RANGES["temperature"], step=0.05, key="temperature",
                             help="0 picks the most likely token every time (greedy).")
@@ -59,11 +62,18 @@ def render(defaults: GenerationDefaults) -> SamplingValues:
     top_k = st.number_input("Top k", *_RANGES["top_k"], step=5, key="top_k", help="0 turns the top-k cut off.")
     repetition_penalty = st.slider("Repetition penalty", *_RANGES["repetition_penalty"], step=0.05,
                                    key="repetition_penalty")
-    values = SamplingValues(temperature=float(temperature), top_p=float(top_p), top_k=int(top_k),
-                            repetition_penalty=float(repetition_penalty))
-    changed = [name.replace("_", " ") for name in SAMPLING_FIELDS
-               if values.get(name) != _in_range(name, defaults.values[name])]
-    note = f"Model defaults: {defaults.describe()}."
+    chosen = {"temperature": float(temperature), "top_p": float(top_p), "top_k": int(top_k),
+              "repetition_penalty": float(repetition_penalty)}
+    untouched = [name for name in SAMPLING_FIELDS if chosen[name] == _in_range(name, defaults.values[name])]
+    changed = [name.replace("_", " ") for name in SAMPLING_FIELDS if name not in untouched]
+    values = SamplingValues(temperature=chosen["temperature"], top_p=chosen["top_p"], top_k=int(chosen["top_k"]),
+                            repetition_penalty=chosen["repetition_penalty"],
+                            server_defaults=untouched if server_decides else [])
+    if server_decides:
+        note = ("The server's defaults for its model: the sliders you leave alone are not sent (they start from "
+                f"{defaults.describe()}).")
+    else:
+        note = f"Model defaults: {defaults.describe()}."
     if changed:
         note += f" Changed by you: {', '.join(changed)}."
     st.caption(safe_markdown(note))  # the model's files wrote part of it

@@ -1,4 +1,6 @@
-"""The sidebar shared by every page: backend and model, system prompt, sampling, and conversation actions.
+"""The controls every page shares: the model picker at the top of the page, and in the sidebar the history (drawn
+by app/ui/history.py into its place), the generation settings in one collapsible section, and the current page's
+own settings (tools) below them.
 
 Rendered once per run from app/main.py (widgets in the entrypoint keep their values across pages); pages read
 the result with `current()`.
@@ -9,19 +11,23 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from app.clients.base import GenerationParams
 from app.clients.registry import BACKENDS
 from app.config import ModelSettings
-from app.conversation import Conversation
-from app.generation_defaults import defaults_for_settings
-from app.ui import persistence, sampling_settings, state
+from app.embedded_model import model_folder
+from app.generation_defaults import SAMPLING_FIELDS, defaults_for_settings
+from app.ui import preferences, sampling_settings
+from app.ui.safe_markdown import safe_label
 
 # Empty: the model's own default system prompt, where its chat template has one (SmolLM2's, the one it was trained
 # with, answered the smoke set better than a generic "helpful, concise assistant": bench/smoke_set.py).
 DEFAULT_SYSTEM_PROMPT = ""
 _STATE_KEY = "_sidebar"
 _PAGE_SECTION_KEY = "_sidebar_page_section"
+_HISTORY_SECTION_KEY = "_sidebar_history_section"
+_STATUS_SECTION_KEY = "_model_status_section"
 
 
 @dataclass(frozen=True)
@@ -35,30 +41,66 @@ def current() -> SidebarState:
     return st.session_state[_STATE_KEY]
 
 
-def page_section():
-    """The top of the sidebar, kept for the current page's own settings (e.g. the Tools page's tool list)."""
+def page_section() -> DeltaGenerator:
+    """The sidebar's place for the current page's own settings (e.g. the Tools page's tool list)."""
     return st.session_state[_PAGE_SECTION_KEY]
 
 
-def render(page: str, conversation: Conversation) -> SidebarState:
-    defaults = ModelSettings.from_env()
-    # Valid for this run only: a fresh placeholder is made on every run.
-    st.session_state[_PAGE_SECTION_KEY] = st.sidebar.container()
-    with st.sidebar:
-        st.subheader("Model")
-        backend = st.selectbox(
-            "Backend",
-            options=list(BACKENDS),
-            format_func=lambda name: BACKENDS[name].label,
-            index=list(BACKENDS).index(defaults.backend) if defaults.backend in BACKENDS else 0,
-            key="backend",
-        )
-        model = _model_settings(backend, defaults)
+def history_section() -> DeltaGenerator:
+    """The top of the sidebar, where app/ui/history.py draws the conversations."""
+    return st.session_state[_HISTORY_SECTION_KEY]
 
-        st.subheader("Generation")
+
+def status_section() -> DeltaGenerator:
+    """Next to the model picker, where the page says what the model can do and is doing (app/ui/chat_page.py)."""
+    return st.session_state[_STATUS_SECTION_KEY]
+
+
+def model_name(settings: ModelSettings) -> str:
+    """The model these settings name, before it is loaded: the folder's or file's name, or the API model id."""
+    if settings.backend == "openai":
+        return settings.api_model or "the server's first model"
+    return model_folder(settings.model_path).name
+
+
+def _chosen_before_drawing(defaults: ModelSettings) -> ModelSettings:
+    """The backend and model the widgets hold at the start of this run (a change is in session state before the
+    run), for the model picker's label, which is drawn before them."""
+    state = st.session_state
+    return replace(defaults, backend=state.get("backend", defaults.backend),
+                   model_path=state.get("settings.model.model_path", defaults.model_path),
+                   api_model=state.get("settings.model.api_model", defaults.api_model))
+
+
+def render() -> SidebarState:
+    defaults = ModelSettings.from_env()
+    preferences.restore()  # the user's last settings, on the first run of a session (a refresh)
+    # Valid for this run only: fresh placeholders are made on every run, in the order they show.
+    picker_row = st.container(horizontal=True, vertical_alignment="center", key="model_picker_row")
+    st.session_state[_HISTORY_SECTION_KEY] = st.sidebar.container()
+    generation_box = st.sidebar.container()
+    st.session_state[_PAGE_SECTION_KEY] = st.sidebar.container()
+    shown = _chosen_before_drawing(defaults)
+    with picker_row:
+        backend_label = BACKENDS[shown.backend].label if shown.backend in BACKENDS else shown.backend
+        with st.popover(safe_label(f"{model_name(shown)} · {backend_label}"), icon=":material/neurology:",
+                        key="model_picker",
+                        help="Backend and model, for every page and browser tab of this session"):
+            backend = st.selectbox(
+                "Backend",
+                options=list(BACKENDS),
+                format_func=lambda name: BACKENDS[name].label,
+                index=list(BACKENDS).index(defaults.backend) if defaults.backend in BACKENDS else 0,
+                key="backend",
+            )
+            model = _model_settings(backend, defaults)
+        st.session_state[_STATUS_SECTION_KEY] = st.container()
+
+    with generation_box, st.expander("Generation settings", icon=":material/tune:"):
         system_prompt = st.text_area("System prompt", value=DEFAULT_SYSTEM_PROMPT, key="system_prompt",
                                      placeholder="Empty: the model's own default, if its chat template has one")
-        sampling = sampling_settings.render(defaults_for_settings(model))
+        sampling = sampling_settings.render(defaults_for_settings(model),
+                                            server_decides=model.backend == "openai")
         max_new_tokens = st.number_input("Max new tokens", min_value=1, max_value=32768, value=512, step=64,
                                          key="max_new_tokens")
         seed = st.number_input("Seed", min_value=0, max_value=2**32 - 1, value=None, step=1, key="seed",
@@ -69,21 +111,16 @@ def render(page: str, conversation: Conversation) -> SidebarState:
             help="For reasoning models whose chat template has a thinking switch (Qwen3, SmolLM3...): think before "
                  "answering, or answer at once. Model default: whatever the template does. Other models ignore it.")
 
-        st.subheader("Conversation")
-        left, right = st.columns(2)
-        left.button("Clear", on_click=persistence.start_new, args=(page, conversation), width="stretch", key="clear",
-                    help="A new, empty conversation; this one stays in the history.")
-        right.button("Regenerate", on_click=_regenerate, args=(page, conversation), width="stretch",
-                     key="regenerate")
-        _edit_last_message(page, conversation)
-
+    values = {name: sampling[name] for name in SAMPLING_FIELDS}  # type: ignore[literal-required]
     result = SidebarState(
         model=model,
-        params=GenerationParams(**sampling, max_new_tokens=int(max_new_tokens),
-                                seed=None if seed is None else int(seed), thinking=_THINKING.get(thinking or "")),
+        params=GenerationParams(**values, max_new_tokens=int(max_new_tokens),
+                                seed=None if seed is None else int(seed), thinking=_THINKING.get(thinking or ""),
+                                server_defaults=frozenset(sampling["server_defaults"])),
         system_prompt=system_prompt,
     )
     st.session_state[_STATE_KEY] = result
+    preferences.remember()
     return result
 
 
@@ -158,34 +195,3 @@ def _model_settings(backend: str, defaults: ModelSettings) -> ModelSettings:
         device = st.selectbox("Device", _DEVICES, key="settings.model.device", index=_choice(_DEVICES, defaults.device))
         dtype = st.selectbox("Precision", _DTYPES, key="settings.model.dtype", index=_choice(_DTYPES, defaults.dtype))
     return replace(defaults, backend=backend, model_path=model_path.strip(), device=device, dtype=dtype)
-
-
-def _regenerate(page: str, conversation: Conversation) -> None:
-    # Buttons stay enabled: the sidebar renders before the page adds this run's messages, so a "disabled when
-    # empty" state would lag one run behind what the user sees.
-    if conversation.rewind_to_last_user() is None:
-        st.toast("Nothing to regenerate yet: send a message first.", icon=":material/info:")
-        return
-    state.request_turn(page)
-
-
-def _edit_last_message(page: str, conversation: Conversation) -> None:
-    index = conversation.last_user_index()
-    if index is None:
-        return
-    with st.expander("Edit last message"):
-        # The key follows the message, so the box refills when the last message changes.
-        key = f"edit/{page}/{index}/{hash(conversation.messages[index].content)}"
-        st.text_area("Last message", value=conversation.messages[index].content, key=key,
-                     label_visibility="collapsed")
-        st.button("Resend", on_click=_resend, args=(page, conversation, key), key="resend",
-                  width="stretch")
-
-
-def _resend(page: str, conversation: Conversation, key: str) -> None:
-    text = str(st.session_state.get(key, "")).strip()
-    if not text:
-        st.toast("The edited message is empty; type something to resend.", icon=":material/warning:")
-        return
-    conversation.rewind_to_last_user(text)
-    state.request_turn(page)

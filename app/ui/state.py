@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -11,6 +13,10 @@ import streamlit as st
 from app.conversation import Conversation
 
 _PENDING_TURN = "_pending_turn"
+_TURN_LOCK = "_turn_lock"
+# How long a new run waits for the turn it interrupted to record what it wrote (it notices at its next draw,
+# within a fraction of a second; a tool call that ignores its cancellation is abandoned after its own limit).
+TURN_END_WAIT_S = 15.0
 T = TypeVar("T")
 
 
@@ -35,15 +41,23 @@ def conversation(page: str) -> Conversation:
 @dataclass(frozen=True)
 class TurnRequest:
     """Answer the page's last user message on this run; `text_only`: without its pictures (the user chose that for
-    a model that cannot see them)."""
+    a model that cannot see them); `tool`: the first generation must call this tool (an example prompt made for
+    it, so that even a small model answers it with the tool)."""
 
     page: str
     text_only: bool = False
+    tool: str | None = None
 
 
-def request_turn(page: str, text_only: bool = False) -> None:
-    """Ask the page to answer the conversation's last user message on this run (Regenerate, Resend)."""
-    st.session_state[_PENDING_TURN] = TurnRequest(page, text_only)
+def request_turn(page: str, text_only: bool = False, tool: str | None = None) -> None:
+    """Ask the page to answer the conversation's last user message on this run (Regenerate, an edit, an
+    example prompt)."""
+    st.session_state[_PENDING_TURN] = TurnRequest(page, text_only, tool)
+
+
+def turn_requested(page: str) -> bool:
+    request = st.session_state.get(_PENDING_TURN)
+    return isinstance(request, TurnRequest) and request.page == page
 
 
 def pop_turn_request(page: str) -> TurnRequest | None:
@@ -52,3 +66,31 @@ def pop_turn_request(page: str) -> TurnRequest | None:
         del st.session_state[_PENDING_TURN]
         return request
     return None
+
+
+def _turn_lock() -> threading.Lock:
+    return per_page(_TURN_LOCK, "session", threading.Lock)
+
+
+@contextmanager
+def turn_running() -> Iterator[None]:
+    """Held while a turn streams in this session (app/ui/live_turn.py)."""
+    lock = _turn_lock()
+    held = lock.acquire(timeout=TURN_END_WAIT_S)  # not held: an abandoned turn keeps it; this one goes on
+    try:
+        yield
+    finally:
+        if held:
+            lock.release()
+
+
+def wait_for_interrupted_turn() -> None:
+    """At the start of a run: let a turn that this run interrupted finish recording what it wrote.
+
+    Streamlit starts a new run at once when a widget is used while the script runs (its fastReruns); the old run
+    stops at its next draw, and only then does the stopped turn close its event stream, which cancels generation
+    and adds the answer so far, marked stopped, to the conversation. Without this wait the new run would draw the
+    conversation without that answer (and save it so), and show it only a rerun later."""
+    lock = _turn_lock()
+    if lock.acquire(timeout=TURN_END_WAIT_S):
+        lock.release()

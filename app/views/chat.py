@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app.attachments import ATTACHMENT_TYPES
-from app.ui import sidebar, state
+from app.ui import sidebar, state, welcome
 from app.ui.chat_page import answer_if_asked, show_model
 from app.ui.client_cache import load_client
 from app.ui.messages import render_history
@@ -19,8 +19,10 @@ st.title("Chat")
 client = load_client(settings.model)
 show_model(client)
 
-render_history(conversation)
-
-prompt = st.chat_input("Message the model (you can attach pictures and documents)", submit_mode="stop",
+# Pinned to the bottom wherever it is called: called first, so that the welcome knows whether a message came.
+prompt = st.chat_input(welcome.PLACEHOLDERS[PAGE], submit_mode="disable",
                        key="chat_input", accept_file="multiple", file_type=ATTACHMENT_TYPES)
-answer_if_asked(PAGE, prompt, conversation, client, settings)
+conversation_box = render_history(PAGE, conversation)
+with conversation_box:  # the new message and the answer go on in it
+    welcome.render(PAGE, conversation, submitted=prompt)
+    answer_if_asked(PAGE, prompt, conversation, client, settings)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app.ui import sidebar, state, tool_settings
+from app.ui import sidebar, state, tool_settings, welcome
 from app.ui.chat_page import answer_if_asked, show_model
 from app.ui.client_cache import load_client
 from app.ui.messages import render_history
@@ -22,8 +22,10 @@ if client is not None:
               else "a system prompt (the chat template knows no tools)")
     show_model(client, f" · tools described through {native}")
 
-render_history(conversation)
-
-prompt = st.chat_input("Ask something a tool can help with, e.g. the weather in Paris", submit_mode="stop",
+# Pinned to the bottom wherever it is called: called first, so that the welcome knows whether a message came.
+prompt = st.chat_input(welcome.PLACEHOLDERS[PAGE], submit_mode="disable",
                        key="tools_input")
-answer_if_asked(PAGE, prompt, conversation, client, settings, tools)
+conversation_box = render_history(PAGE, conversation)
+with conversation_box:  # the new message and the answer go on in it
+    welcome.render(PAGE, conversation, tools, submitted=prompt)
+    answer_if_asked(PAGE, prompt, conversation, client, settings, tools)
