@@ -88,10 +88,13 @@ def test_line_breaks_are_kept_and_the_history_menu_renames_at_once(page_app, bro
     greedy(page, max_tokens=40)
     # Every message's text goes through the same rendering (app/ui/messages.py text_markdown): a message of three
     # lines must show three lines, as a model's "one per line" answer must.
-    send(page, "Red\nGreen\nBlue\nName these colours in French, one per line.", 1)
+    send(page, "Red\nGreen\nBlue\n\n```python\nprint('rouge')\n```\nName these colours in French, one per line.", 1)
     question = page.locator('[data-testid="stChatMessage"]').first
     shown = question.get_by_test_id("stMarkdownContainer").first.inner_text()
     assert shown.splitlines()[:3] == ["Red", "Green", "Blue"], f"the lines ran together: {shown!r}"
+    code = question.get_by_test_id("stCode").first  # a code block, with its copy button
+    code.hover()
+    expect(code.get_by_role("button", name="Copy to clipboard")).to_be_visible()
     # The history comes first in the sidebar, above the generation settings.
     sidebar = page.get_by_test_id("stSidebar")
     history_top = sidebar.get_by_role("button", name="New conversation").bounding_box()
@@ -102,6 +105,12 @@ def test_line_breaks_are_kept_and_the_history_menu_renames_at_once(page_app, bro
     title.fill("Three colours")
     title.press("Enter")
     expect(sidebar.get_by_role("button", name="Three colours")).to_be_visible(timeout=10_000)
+    if not page.get_by_role("button", name="Export as JSON").is_visible():
+        page.locator(".st-key-history_menu button").first.click()
+    for label in ("Export as JSON", "Export as Markdown", "Delete"):  # the menu's labels are whole, not cut
+        button = page.get_by_role("button", name=label)
+        button.wait_for(timeout=10_000)
+        assert button.evaluate("b => b.scrollWidth <= b.clientWidth"), f"{label!r} is cut"
     page.keyboard.press("Escape")
     page.close()
 
