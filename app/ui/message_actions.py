@@ -18,7 +18,7 @@ def user_actions(page: str, conversation: Conversation, index: int) -> None:
     """Copy, edit and the versions of user message `index`."""
     message = conversation.messages[index]
     with st.container(horizontal=True, gap="small", key=f"actions/{page}/{index}"):
-        _copy(page, index, message.content)
+        _copy(message.content)
         with st.popover("Edit", icon=":material/edit:", type="tertiary", help="Edit this message and send it "
                         "again: the conversation goes on from it, and the one before stays as a version."):
             key = f"edit/{page}/{index}/{persistence.fingerprint(message)[:12]}"  # refilled when the message changes
@@ -34,7 +34,7 @@ def answer_actions(page: str, conversation: Conversation, head: int, last: int) 
     text = "\n\n".join(m.content for m in conversation.messages[head : last + 1]
                        if m.role == "assistant" and m.content)
     with st.container(horizontal=True, gap="small", key=f"actions/{page}/{head}"):
-        _copy(page, head, text)
+        _copy(text)
         st.button("Regenerate", key=f"regenerate/{page}/{head}", icon=":material/refresh:", type="tertiary",
                   on_click=regenerate, args=(page, conversation, head),
                   help="A new answer to the message above; this one stays as a version.")
@@ -51,7 +51,7 @@ def regenerate(page: str, conversation: Conversation, head: int) -> None:
     state.request_turn(page)
 
 
-def _copy(page: str, index: int, text: str) -> None:
+def _copy(text: str) -> None:
     """The message's text (its Markdown source) in a code box, whose own button copies it to the clipboard."""
     with st.popover("Copy", icon=":material/content_copy:", type="tertiary", help="The message as text, to copy"):
         if text.strip():
