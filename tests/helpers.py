@@ -7,7 +7,7 @@ import io
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,27 @@ def collect(client: Client, messages: list[dict[str, Any]], params: GenerationPa
     params = params if params is not None else GenerationParams()
     deltas = list(client.stream(messages, params, cancel or threading.Event(), tools, response_format))
     return "".join(d.text for d in deltas), deltas
+
+
+def at_once(threads: int, work: Callable[[int], None], timeout_s: float = 120) -> list[BaseException]:
+    """Run `work(worker)` on `threads` threads released together by a barrier; what each raised, for the caller to
+    assert empty."""
+    barrier = threading.Barrier(threads)
+    failures: list[BaseException] = []
+
+    def run(worker: int) -> None:
+        try:
+            barrier.wait()
+            work(worker)
+        except BaseException as exc:  # noqa: BLE001 - returned to the caller
+            failures.append(exc)
+
+    workers = [threading.Thread(target=run, args=(worker,)) for worker in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout_s)
+    return failures
 
 
 # ----- the app in AppTest ------------------------------------------------------------------------------------------

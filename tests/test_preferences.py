@@ -5,7 +5,6 @@ the upgrade from 0001 with conversations already saved."""
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
@@ -22,6 +21,7 @@ from app.storage.engine import _json_dumps, database_url
 from app.storage.migrate import alembic_config, current_revision, head_revision, upgrade_to_head
 from app.storage.models import TRIGRAM_INDEX, Base, PreferencesRow
 from app.storage.schema import PreferencesRecord
+from tests.helpers import at_once
 
 EVERY_PREFERENCE = {"backend": "hf", "system_prompt": "Be brief.", "temperature": 0.2, "top_p": 0.95, "top_k": 40,
                     "repetition_penalty": 1.1, "max_new_tokens": 1024, "seed": 1234, "thinking": "On",
@@ -84,23 +84,12 @@ def test_a_stored_preference_no_longer_valid_is_left_out(store):
 
 def test_many_threads_saving_preferences_at_once_all_succeed(store):
     threads, rounds = 6, 10
-    barrier = threading.Barrier(threads)
-    failures: list[BaseException] = []
 
     def save(worker: int) -> None:
-        try:
-            barrier.wait()
-            for index in range(rounds):
-                store.set_preferences("alice", {"seed": worker * 100 + index})
-        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
-            failures.append(exc)
+        for index in range(rounds):
+            store.set_preferences("alice", {"seed": worker * 100 + index})
 
-    workers = [threading.Thread(target=save, args=(worker,)) for worker in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(120)
-    assert failures == []
+    assert at_once(threads, save) == []
     assert store.get_preferences("alice")["seed"] % 100 == rounds - 1  # someone's last
 
 

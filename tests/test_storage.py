@@ -8,7 +8,6 @@ import io
 import json
 import subprocess
 import sys
-import threading
 import time
 import tomllib
 from datetime import UTC, datetime
@@ -46,7 +45,7 @@ from app.storage.models import TRIGRAM_INDEX, Base, ConversationRow, MessageRow
 from app.storage.schema import AttachmentRecord, MessageRecord, MetricsRecord, SettingsRecord, ToolCallRecord
 from app.storage.transfer import MAX_IMPORT_BYTES
 from app.tools.documents import MAX_UPLOAD_BYTES as MAX_DOCUMENT_BYTES
-from tests.helpers import ROOT
+from tests.helpers import ROOT, at_once
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256))
 
@@ -298,24 +297,13 @@ def test_another_owners_conversation_behaves_like_a_missing_one(store):
 def test_eight_threads_appending_at_once_lose_nothing_and_keep_their_order(store):
     conversation = store.create("alice", "chat")
     threads, per_thread = 8, 25
-    barrier = threading.Barrier(threads)
     seqs: dict[int, list[int]] = {}
-    failures: list[BaseException] = []
 
     def append_many(worker: int) -> None:
-        try:
-            barrier.wait()
-            seqs[worker] = [store.append("alice", conversation, Message("user", f"{worker}:{index}"))
-                            for index in range(per_thread)]
-        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
-            failures.append(exc)
+        seqs[worker] = [store.append("alice", conversation, Message("user", f"{worker}:{index}"))
+                        for index in range(per_thread)]
 
-    workers = [threading.Thread(target=append_many, args=(worker,)) for worker in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(120)
-    assert failures == []
+    assert at_once(threads, append_many) == []
     assert sorted(seq for values in seqs.values() for seq in values) == list(range(threads * per_thread))
     contents = [message.content for message in store.get("alice", conversation).messages]
     assert len(contents) == threads * per_thread
