@@ -175,6 +175,30 @@ class DatabaseSettings:
 
 
 @dataclass(frozen=True)
+class ResponseStoreSettings:
+    """The API server's stored responses (`POST /v1/responses` with store=true, app/storage/responses.py), in the
+    conversation database. A response is kept `retention_days` after it was created (30, as OpenAI keeps them),
+    then it is gone: unreadable at once, deleted soon after. 0 means nothing is stored at all (earlier stored
+    responses are then unreadable too). A follow-up may continue a chain of at most `max_chain` responses."""
+
+    retention_days: float = 30.0  # DEMO_RESPONSES_RETENTION_DAYS
+    max_chain: int = 1000  # DEMO_RESPONSES_MAX_CHAIN
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.retention_days < float("inf"):  # NaN fails too
+            raise ValueError(f"DEMO_RESPONSES_RETENTION_DAYS must be a finite number >= 0, not {self.retention_days!r}")
+        if self.max_chain < 1:
+            raise ValueError(f"DEMO_RESPONSES_MAX_CHAIN must be at least 1, not {self.max_chain!r}")
+
+    @classmethod
+    def from_env(cls) -> ResponseStoreSettings:
+        return cls(
+            retention_days=_float("DEMO_RESPONSES_RETENTION_DAYS", cls.retention_days),
+            max_chain=_int("DEMO_RESPONSES_MAX_CHAIN", cls.max_chain),
+        )
+
+
+@dataclass(frozen=True)
 class WeatherSettings:
     """Where get_weather asks: Open-Meteo's free public API, or a mirror (or a local stand-in in tests)."""
 

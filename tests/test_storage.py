@@ -172,9 +172,10 @@ def schema_differences(engine: Engine) -> list:
 def test_opening_an_empty_database_migrates_it_to_head_once(database_url):
     engine = open_database(database_url)
     try:
-        assert {"conversations", "messages", "preferences", "alembic_version"} <= set(inspect(engine).get_table_names())
+        tables = set(inspect(engine).get_table_names())
+        assert {"conversations", "messages", "preferences", "api_responses", "alembic_version"} <= tables
         with engine.connect() as connection:
-            assert current_revision(connection) == head_revision() == "0002"
+            assert current_revision(connection) == head_revision() == "0003"
         assert schema_differences(engine) == []  # the migration creates exactly what the models declare
         if engine.dialect.name == "postgresql":
             assert TRIGRAM_INDEX in {index["name"] for index in inspect(engine).get_indexes("messages")}
@@ -183,7 +184,7 @@ def test_opening_an_empty_database_migrates_it_to_head_once(database_url):
         upgrade_to_head(engine)  # again: nothing to do, nothing lost
         open_database(database_url).dispose()
         with engine.connect() as connection:
-            assert current_revision(connection) == "0002"
+            assert current_revision(connection) == "0003"
         assert store.get("alice", kept).title == "kept"
     finally:
         engine.dispose()

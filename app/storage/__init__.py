@@ -1,5 +1,6 @@
-"""Saved conversations: the only code that talks to the database (SQLAlchemy; SQLite by default, PostgreSQL by
-DEMO_DATABASE_URL; schema by Alembic migrations, applied when the database is opened)."""
+"""Saved conversations, and the API server's stored responses (responses.py): the only code that talks to the
+database (SQLAlchemy; SQLite by default, PostgreSQL by DEMO_DATABASE_URL; schema by Alembic migrations, applied when
+the database is opened)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ from app.storage.errors import (
 )
 from app.storage.records import ConversationSummary, StoredConversation
 from app.storage.repository import ConversationStore
+from app.storage.responses import ResponseChainTooLong, ResponseNotFound, ResponseStore, StoredResponse
 
-__all__ = ["ConversationNotFound", "ConversationStore", "ConversationSummary", "ImportRejected", "StorageError",
-           "StoredConversation", "UnreadableConversation", "VersionConflict", "default_store", "open_database"]
+__all__ = ["ConversationNotFound", "ConversationStore", "ConversationSummary", "ImportRejected", "ResponseChainTooLong",
+           "ResponseNotFound", "ResponseStore", "StorageError", "StoredConversation", "StoredResponse",
+           "UnreadableConversation", "VersionConflict", "default_store", "open_database"]
 
 
 def default_store() -> ConversationStore:

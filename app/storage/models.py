@@ -1,7 +1,8 @@
 """The tables. Conversations hold their settings and counters; messages are rows appended in order (a truncation
 deletes the dropped ones; a database written before versions existed may still hold rows marked `deleted`), each
 holding one message as JSON text (app/storage/codec.py) and a lower-cased copy of its text for search; preferences
-hold each user's last settings. The migrations in migrations/versions create exactly this; tests compare the two."""
+hold each user's last settings; api_responses hold the API server's stored responses (app/storage/responses.py).
+The migrations in migrations/versions create exactly this; tests compare the two."""
 
 from __future__ import annotations
 
@@ -94,3 +95,23 @@ class PreferencesRow(Base):
     owner: Mapped[str] = mapped_column(String(200), primary_key=True)
     settings: Mapped[dict[str, Any]]
     updated_at: Mapped[datetime]
+
+
+class ApiResponseRow(Base):
+    """One stored response of the API's /v1/responses. previous_response_id is deliberately no foreign key: deleting
+    a response must leave the responses that continued it readable (only a chain through it breaks)."""
+
+    __tablename__ = "api_responses"
+
+    id: Mapped[str] = mapped_column(String(100), primary_key=True)  # "resp_...", made by the server
+    owner: Mapped[str] = mapped_column(String(200))  # opaque; "" where the server has no API key
+    created_at: Mapped[datetime]  # the response's own created_at: retention counts from it
+    previous_response_id: Mapped[str | None] = mapped_column(String(100))
+    # The large JSON last: SQLite reads a row's columns in order, so the chain walk need not read it.
+    input_items: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    response: Mapped[dict[str, Any]]
+
+    __table_args__ = (
+        Index("ix_api_responses_owner_created_at", "owner", "created_at"),  # one owner's by age (reads go by id)
+        Index("ix_api_responses_created_at", "created_at"),  # the purge of expired ones, across owners
+    )

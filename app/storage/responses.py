@@ -1,0 +1,268 @@
+"""ResponseStore: the API server's stored responses (OpenAI's Responses API: `store=true`, `previous_response_id`,
+GET and DELETE /v1/responses/{id}, its input_items), in the conversation database (table api_responses).
+
+Each method takes the owner first and only ever touches that owner's rows; another owner's response behaves exactly
+like a missing one. A response is kept ResponseStoreSettings.retention_days after its created_at: older ones are
+invisible at once and deleted by purge_expired, which save also runs now and then."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal, cast
+
+from sqlalchemy import ColumnElement, CursorResult, Engine, Result, delete, false, insert, literal_column, select, true
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.config import ResponseStoreSettings
+from app.storage.errors import StorageError
+from app.storage.models import ApiResponseRow as R
+from app.storage.sqlite import WRITE
+
+log = logging.getLogger(__name__)
+PURGE_INTERVAL_S = 60.0  # save purges expired responses at most this often per store
+MAX_INPUT_ITEMS_LIMIT = 100  # OpenAI's largest page of input items
+MAX_ID_CHARS = 100  # the id columns' length
+
+
+class ResponseNotFound(StorageError):
+    """No such response for this owner: missing, deleted, expired or another owner's (which is not revealed).
+    `response_id` is the one not found: the one asked for, or a link of its chain."""
+
+    def __init__(self, response_id: str) -> None:
+        super().__init__(f"response {response_id!r} not found")
+        self.response_id = response_id
+
+
+class ResponseChainTooLong(StorageError):
+    """The chain of previous responses is longer than ResponseStoreSettings.max_chain."""
+
+    def __init__(self, response_id: str, max_chain: int) -> None:
+        super().__init__(f"the chain of previous responses ending at {response_id!r} is longer than {max_chain} "
+                         "responses (DEMO_RESPONSES_MAX_CHAIN): start a new conversation")
+        self.response_id = response_id
+        self.max_chain = max_chain
+
+
+@dataclass(frozen=True)
+class StoredResponse:
+    id: str  # "resp_..."
+    owner: str
+    created_at: datetime  # aware, UTC
+    previous_response_id: str | None
+    input_items: list[dict[str, Any]]  # this request's own input items, as JSON (each has an "id")
+    response: dict[str, Any]  # the whole Response object as JSON
+
+
+class ResponseStore:
+    """Stored responses on one engine (app.storage.engine.open_database). Thread-safe: its only state besides the
+    engine's connection pool is when it last purged, behind a lock. Database failures raise StorageError."""
+
+    def __init__(self, engine: Engine, settings: ResponseStoreSettings | None = None) -> None:
+        self.engine = engine
+        self.settings = settings if settings is not None else ResponseStoreSettings.from_env()
+        self._sessions = sessionmaker(engine, expire_on_commit=False)
+        self._purge_lock = threading.Lock()
+        self._next_purge = -math.inf  # time.monotonic() of the next purge save may run: the first save purges
+
+    @property
+    def enabled(self) -> bool:
+        """False when the retention is 0: save stores nothing and nothing stored earlier can be read."""
+        return self.settings.retention_days > 0
+
+    def save(self, owner: str, response: dict[str, Any], input_items: list[dict[str, Any]],
+             previous_response_id: str | None) -> None:
+        """Store `response` (its "id" and "created_at", unix seconds, are the row's) with the request's own input
+        items; nothing when the store is not enabled. ValueError if the response has no string id or numeric
+        created_at, an input item is not an object with a string "id", or something is not JSON (NaN included);
+        StorageError if the database fails, or a response with this id is already stored."""
+        if not self.enabled:
+            return
+        if not isinstance(owner, str) or len(owner) > 200:
+            raise ValueError("owner must be a string of at most 200 characters")
+        if previous_response_id is not None:
+            _check_id(previous_response_id, "previous_response_id")
+        if not isinstance(response, dict):
+            raise ValueError("response must be a dict")
+        _check_id(response.get("id"), 'response["id"]')
+        if not isinstance(input_items, list) or not all(
+                isinstance(item, dict) and isinstance(item.get("id"), str) for item in input_items):
+            raise ValueError('input_items must be a list of dicts, each with a string "id"')
+        for name, value in (("response", response), ("input_items", input_items)):
+            try:  # here, not in the database driver, so that the caller gets a plain ValueError
+                json.dumps(value, allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"{name} must be JSON-serialisable: {exc}") from exc
+        row = {"id": response["id"], "owner": owner, "created_at": _created_at(response),
+               "previous_response_id": previous_response_id, "input_items": input_items, "response": response}
+        with self._writing() as session:
+            session.execute(insert(R).values(row))
+        self._purge_if_due()
+
+    def get(self, owner: str, response_id: str) -> StoredResponse | None:
+        """The response, or None if it is missing, expired or another owner's."""
+        with self._reading() as session:
+            row = session.scalar(select(R).where(R.id == response_id, *self._visible(owner)))
+        if row is None:
+            return None
+        return StoredResponse(row.id, row.owner, row.created_at, row.previous_response_id, row.input_items,
+                              row.response)
+
+    def delete(self, owner: str, response_id: str) -> bool:
+        """Delete the response for good; False when there was none of this owner's to delete (an expired one is
+        left to the purge). The responses that continued it stay readable, but their history now raises
+        ResponseNotFound."""
+        with self._writing() as session:
+            result = session.execute(delete(R).where(R.id == response_id, *self._visible(owner))
+                                     .execution_options(synchronize_session=False))
+            return _rowcount(result) > 0
+
+    def history(self, owner: str, response_id: str) -> list[dict[str, Any]]:
+        """What a follow-up with previous_response_id=response_id continues from: for each response of the chain
+        that ends at it, oldest first, its input items then its response's "output" items. One query (a recursive
+        CTE, at most max_chain + 1 levels deep). ResponseNotFound if the response or any earlier link is missing,
+        expired or another owner's; ResponseChainTooLong if the chain holds more than max_chain responses."""
+        limit = self.settings.max_chain
+        visible = self._visible(owner)
+        start = (select(R.id, R.previous_response_id, literal_column("1").label("depth"))
+                 .where(R.id == response_id, *visible).cte("chain", recursive=True))
+        # Links deeper than the limit are not followed: one level past it is enough to know the chain is too long
+        # (and a cycle, which saving never makes, ends there too).
+        chain = start.union_all(
+            select(R.id, R.previous_response_id, start.c.depth + 1)
+            .join(start, R.id == start.c.previous_response_id)
+            .where(start.c.depth <= limit, *visible))
+        query = (select(chain.c.depth, R.id, R.previous_response_id, R.input_items, R.response)
+                 .join(R, R.id == chain.c.id).order_by(chain.c.depth.desc()))
+        with self._reading() as session:
+            rows = session.execute(query).all()
+        if not rows:
+            raise ResponseNotFound(response_id)
+        oldest = rows[0]
+        if oldest.depth > limit:
+            raise ResponseChainTooLong(response_id, limit)
+        if oldest.previous_response_id is not None:
+            raise ResponseNotFound(oldest.previous_response_id)
+        items: list[dict[str, Any]] = []
+        for row in rows:
+            items.extend(row.input_items)
+            items.extend(row.response.get("output") or [])
+        return items
+
+    def input_items(self, owner: str, response_id: str, after: str | None = None, limit: int = 20,
+                    order: Literal["asc", "desc"] = "desc") -> tuple[list[dict[str, Any]], bool] | None:
+        """A page of the response's own input items as OpenAI lists them: in `order` (asc: as sent), those after
+        the item whose id is `after` (none if no item has that id), at most `limit` (1 to 100); and whether more
+        follow. None if the response is missing, expired or another owner's."""
+        if not 1 <= limit <= MAX_INPUT_ITEMS_LIMIT:
+            raise ValueError(f"limit must be 1..{MAX_INPUT_ITEMS_LIMIT}")
+        if order not in ("asc", "desc"):
+            raise ValueError("order must be 'asc' or 'desc'")
+        with self._reading() as session:
+            stored = session.scalar(select(R.input_items).where(R.id == response_id, *self._visible(owner)))
+        if stored is None:
+            return None
+        items = stored if order == "asc" else stored[::-1]
+        start = 0
+        if after is not None:
+            found = next((index for index, item in enumerate(items) if item.get("id") == after), None)
+            if found is None:
+                return [], False
+            start = found + 1
+        return items[start:start + limit], start + limit < len(items)
+
+    def purge_expired(self) -> int:
+        """Delete the responses older than the retention (every one when the store is not enabled), of every
+        owner; returns how many."""
+        with self._writing() as session:
+            return _rowcount(session.execute(delete(R).where(self._expired())
+                                             .execution_options(synchronize_session=False)))
+
+    # ----- helpers ----------------------------------------------------------------------------------------------
+
+    def _cutoff(self) -> datetime | None:
+        """The oldest created_at still kept; None when the retention reaches back before year 1 (nothing expires)."""
+        try:
+            return datetime.now(UTC) - timedelta(days=self.settings.retention_days)
+        except OverflowError:
+            return None
+
+    def _visible(self, owner: str) -> list[ColumnElement[bool]]:
+        """Conditions on a row that the owner can see: theirs, and not expired."""
+        if not self.enabled:
+            return [false()]
+        cutoff = self._cutoff()
+        return [R.owner == owner] + ([R.created_at >= cutoff] if cutoff is not None else [])
+
+    def _expired(self) -> ColumnElement[bool]:
+        if not self.enabled:
+            return true()
+        cutoff = self._cutoff()
+        return R.created_at < cutoff if cutoff is not None else false()
+
+    def _purge_if_due(self) -> None:
+        """Purge unless this store did within PURGE_INTERVAL_S. The response was saved already: a failed purge is
+        logged, not raised, and the next one is due an interval later."""
+        now = time.monotonic()
+        with self._purge_lock:
+            if now < self._next_purge:
+                return
+            self._next_purge = now + PURGE_INTERVAL_S  # claimed before the purge: other threads skip it
+        try:
+            purged = self.purge_expired()
+        except StorageError as exc:
+            log.warning("expired responses not purged: %s", exc)
+            return
+        if purged:
+            log.info("purged %d expired responses", purged)
+
+    @contextmanager
+    def _reading(self) -> Iterator[Session]:
+        # Each read is one statement, which sees one snapshot on every backend: no REPEATABLE READ needed.
+        with _database_errors(), self._sessions() as session:
+            yield session
+
+    @contextmanager
+    def _writing(self) -> Iterator[Session]:
+        """One transaction, committed at the end, rolled back on any exception; on SQLite it takes the write lock
+        first (BEGIN IMMEDIATE, app/storage/sqlite.py)."""
+        with _database_errors(), self._sessions.begin() as session:
+            session.connection(execution_options=WRITE)
+            yield session
+
+
+def _check_id(value: Any, name: str) -> None:
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_ID_CHARS:
+        raise ValueError(f"{name} must be a string of 1 to {MAX_ID_CHARS} characters")
+
+
+def _created_at(response: dict[str, Any]) -> datetime:
+    value = response.get("created_at")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError('response["created_at"] must be unix seconds')
+    try:
+        return datetime.fromtimestamp(value, UTC)
+    except (OverflowError, OSError, ValueError) as exc:
+        raise ValueError(f'response["created_at"] is not a usable time: {exc}') from exc
+
+
+def _rowcount(result: Result[Any]) -> int:
+    """The rows a DELETE matched. Its result is a CursorResult, which Session.execute's type leaves out."""
+    return cast(CursorResult[Any], result).rowcount
+
+
+@contextmanager
+def _database_errors() -> Iterator[None]:
+    """Driver errors as StorageError, worded as app/storage/repository.py words them."""
+    try:
+        yield
+    except SQLAlchemyError as exc:
+        raise StorageError(f"database error: {getattr(exc, 'orig', None) or exc}") from exc
