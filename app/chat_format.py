@@ -139,21 +139,27 @@ class ResponseProcessor:
     split: by the dialect's parser on a local backend (`parser`), or from the call deltas an OpenAI-compatible
     server sends (`native_tools`). Calls stream as `CallFragment`s (name first, then argument text) and come whole
     from `finish`.
+
+    Without `parallel_calls` a reply makes at most one call: the parser's reply ends with its first call (`stopped`,
+    so the engine writes no more), and of a server's calls only the first is kept (the server was asked for one;
+    this is for one that does not listen, and the server's own end of the reply is waited for, with its usage).
     """
 
     def __init__(self, stop_strings: Sequence[str] = (), parser: StreamParser | None = None,
                  native_tools: Sequence[dict[str, Any]] | None = None,
-                 thinking: ThinkingSplitter | None = None) -> None:
+                 thinking: ThinkingSplitter | None = None, parallel_calls: bool = True) -> None:
         self._stops = StopStringFilter(stop_strings)
         self._parser = parser
-        self._native = NativeCalls(native_tools) if native_tools is not None else None
+        if parser is not None and not parallel_calls:
+            parser.max_calls = 1
+        self._native = NativeCalls(native_tools, first_only=not parallel_calls) if native_tools is not None else None
         self._thinking = thinking
         self._shown: list[str] = []  # the text shown so far, when no parser keeps it
 
     @property
     def stopped(self) -> bool:
-        """A stop string ended the reply: the engine should stop too."""
-        return self._stops.stopped
+        """A stop string ended the reply, or its last allowed call did: the engine should stop too."""
+        return self._stops.stopped or (self._parser is not None and self._parser.complete)
 
     @property
     def in_thought(self) -> bool:
@@ -161,6 +167,8 @@ class ResponseProcessor:
         return self._thinking is not None and self._thinking.thinking
 
     def feed(self, text: str, native_fragments: Sequence[CallFragment] = (), thought: str = "") -> ReplyPiece:
+        if self.stopped:  # outputs the engine wrote before it heard: they are not part of the reply
+            return ReplyPiece()
         visible = self._stops.feed(text) if text else ""
         thinking = ""
         if self._thinking is not None and visible:
@@ -195,17 +203,18 @@ class ResponseProcessor:
             return ReplyPiece(text, self._parser.take_fragments())
         self._shown.append(visible)
         if self._native is not None:
-            self._native.add(native_fragments)
+            native_fragments = self._native.add(native_fragments)
         return ReplyPiece(visible, list(native_fragments))
 
 
 def process_response(dialect: Dialect | None, tools: Sequence[dict[str, Any]], forced: Sequence[ConstrainedCall] = (),
                      stop_strings: Sequence[str] = (), thinking: ThinkingMarkers | None = None,
-                     thinking_started: bool = False) -> ResponseProcessor:
+                     thinking_started: bool = False, parallel_calls: bool = True) -> ResponseProcessor:
     """The processor for one reply of a local backend: the dialect's parser for `tools`, or the grammar's exact
     shape when a call is `forced`; without tools the whole reply is text. With `thinking` markers (a reasoning
     model's template) a thought at the start of the reply is split off (already open when `thinking_started`); a
-    call the dialect begins inside an unclosed thought ends it, so the call still parses."""
+    call the dialect begins inside an unclosed thought ends it, so the call still parses. Without
+    `parallel_calls` the reply ends with its first call."""
     if forced:
         parser: StreamParser | None = ForcedCallParser(forced)
     elif dialect is not None and tools:
@@ -217,19 +226,30 @@ def process_response(dialect: Dialect | None, tools: Sequence[dict[str, Any]], f
         # Only distinctive call openings (a tag, a JSON object); GLM-4's bare "name\n" could be any line of thought.
         exits = [dialect.json_call(tool).prefix for tool in tools] if dialect is not None else []
         splitter = ThinkingSplitter(thinking, thinking_started, [exit for exit in exits if exit[:1] in "<{["])
-    return ResponseProcessor(stop_strings, parser, thinking=splitter)
+    return ResponseProcessor(stop_strings, parser, thinking=splitter, parallel_calls=parallel_calls)
 
 
 class NativeCalls:
-    """Tool calls an OpenAI-compatible server streams as `delta.tool_calls`, put together by index."""
+    """Tool calls an OpenAI-compatible server streams as `delta.tool_calls`, put together by index; with
+    `first_only`, only the call of the first index the server names."""
 
-    def __init__(self, tools: Sequence[dict[str, Any]]) -> None:
+    def __init__(self, tools: Sequence[dict[str, Any]], first_only: bool = False) -> None:
         self._tools = tools
         self._calls = PartialCalls()
+        self._first_only = first_only
+        self._first_index: int | None = None
 
-    def add(self, fragments: Sequence[CallFragment]) -> None:
+    def add(self, fragments: Sequence[CallFragment]) -> list[CallFragment]:
+        """Take `fragments`; those kept, to stream on."""
+        kept = []
         for fragment in fragments:
+            if self._first_index is None:
+                self._first_index = fragment.index
+            if self._first_only and fragment.index != self._first_index:
+                continue
             self._calls.add(fragment)
+            kept.append(fragment)
+        return kept
 
     def decode(self) -> tuple[list[ToolCall], str | None]:
         calls: list[ToolCall] = []

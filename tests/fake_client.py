@@ -1,8 +1,9 @@
 """A scripted stand-in for a model, for tests of the logic around one (the agent's tool loop above all).
 
 `ScriptedClient` speaks the real `Client` protocol (app/clients/base.py): backend, capabilities, generation defaults,
-describe(), stream(), activity(), close(). Each call of `stream` plays the next scripted reply, a list of `Delta`s,
-and records what the client was asked (messages, params, tools, response format) in `requests`:
+describe(), stream(), complete(), activity(), close(). Each call of `stream` or `complete` plays the next scripted
+reply, a list of `Delta`s, and records what the client was asked (messages, params, tools, response format; a raw
+completion's prompt and suffix) in `requests`:
 
     client = ScriptedClient([call_reply(ToolCall("calculator", {"expression": "6 * 7"})), text_reply("42.")])
     events = list(run_turn(client, conversation, params, tools=...))
@@ -12,8 +13,8 @@ It keeps the promises a real client keeps, so a test cannot pass on behaviour no
 `AnswerMetrics` per reply, shared by all its deltas and complete on the last one; the last delta carries the finish
 reason (the fake adds a "stop" one when a script leaves it out); Stop (`cancel`) ends the reply with "cancelled"; a
 consumer that closes the stream early leaves metrics saying "cancelled"; no tool call comes back to a request that
-offered no tools. An exception in a script is raised where it stands (a reply that is an exception fails at once).
-No torch, no model: a scripted turn takes milliseconds.
+offered no tools, and no thought to a raw completion. An exception in a script is raised where it stands (a reply
+that is an exception fails at once). No torch, no model: a scripted turn takes milliseconds.
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ def call_reply(*calls: ToolCall, text: str = "") -> list[Delta]:
 
 @dataclass
 class Request:
-    """One call of `stream`: what the client received (a copy, as it was then) and how the reply went."""
+    """One call of `stream` or `complete`: what the client received (a copy, as it was then) and how the reply went.
+    A raw completion has no messages, its `prompt` (and `suffix`) instead."""
 
     messages: list[dict[str, Any]]
     params: GenerationParams
@@ -69,6 +71,8 @@ class Request:
     metrics: AnswerMetrics = field(default_factory=AnswerMetrics)  # the reply's live metrics
     delivered: list[Delta] = field(default_factory=list)  # the deltas the consumer took, in order
     closed_early: bool = False  # the consumer closed the stream before its last delta
+    prompt: str | list[int] | None = None  # complete(): the raw prompt; None for stream()
+    suffix: str | None = None  # complete(): the text after the gap to fill in
 
     @property
     def roles(self) -> list[str]:
@@ -143,16 +147,36 @@ class ScriptedClient:
         response_format: ResponseFormat | None = None,
     ) -> Generator[Delta, None, None]:
         _check_arguments(messages, params, cancel, tools, response_format)
+        return self._next(Request(copy.deepcopy(messages), params, tools, response_format, cancel))
+
+    def _next(self, request: Request) -> Iterator[Delta]:
+        """Record `request` and play it the next scripted reply."""
         if self.closed:
-            raise ScriptError("stream() was called on a client that was closed")
+            raise ScriptError("a client that was closed was asked for a reply")
         with self._lock:
-            request = Request(copy.deepcopy(messages), params, tools, response_format, cancel)
             self.requests.append(request)
             if not self._replies:
+                asked = f"its prompt: {request.prompt!r}" if request.prompt is not None else \
+                    f"its messages: {request.messages}"
                 raise ScriptError(f"request {len(self.requests)} has no scripted reply "
-                                  f"({len(self.requests) - 1} were scripted); its messages: {messages}")
+                                  f"({len(self.requests) - 1} were scripted); {asked}")
             reply = self._replies.popleft()
         return self._play(request, reply)
+
+    def complete(
+        self,
+        prompt: str | list[int],
+        params: GenerationParams,
+        cancel: threading.Event,
+        suffix: str | None = None,
+    ) -> Generator[Delta, None, None]:
+        if not isinstance(prompt, str) and not (isinstance(prompt, list)
+                                                and all(type(token) is int for token in prompt)):
+            raise ScriptError(f"prompt must be a string or a list of token ids, got {prompt!r}")
+        if suffix is not None and not isinstance(suffix, str):
+            raise ScriptError(f"suffix must be a string or None, got {suffix!r}")
+        _check_arguments([], params, cancel, None, None)
+        return self._next(Request([], params, None, None, cancel, prompt=copy.copy(prompt), suffix=suffix))
 
     def activity(self) -> ModelActivity | None:
         if self.remote:
@@ -207,6 +231,8 @@ class ScriptedClient:
             if not request.offered_tools:
                 raise ScriptError(f"the script returns a tool call to a request that offered no tools "
                                   f"(tool choice {request.tool_choice!r}): no backend would")
+        if delta.thinking and request.prompt is not None:
+            raise ScriptError("the script returns a thought to a raw completion: no backend splits one off there")
         if delta.text or delta.thinking or delta.call_fragments:
             if metrics.time_to_first_token_s is None:
                 metrics.time_to_first_token_s = time.perf_counter() - started

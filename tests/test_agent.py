@@ -24,7 +24,8 @@ def kinds(events) -> list[str]:
 
 def test_the_scripted_client_has_every_member_of_the_client_protocol():
     members = set(Client.__annotations__) | {name for name in vars(Client) if not name.startswith("_")}
-    assert members == {"backend", "capabilities", "generation_defaults", "describe", "stream", "activity", "close"}
+    assert members == {"backend", "capabilities", "generation_defaults", "describe", "stream", "complete",
+                       "activity", "close"}
     client = ScriptedClient()
     for name in members:
         assert hasattr(client, name), name

@@ -71,6 +71,7 @@ R1_TEMPLATE = CHAT_TEMPLATE.replace(_ASSISTANT_TURN,
                                     "{%- if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}")
 assert QWEN3_TEMPLATE != CHAT_TEMPLATE != R1_TEMPLATE
 THINK_TAGS = ["<think>", "</think>"]  # added but not special, as in Qwen3: decoded text keeps them
+FIM_TOKENS = ["<fim_prefix>", "<fim_suffix>", "<fim_middle>"]  # fill-in-the-middle, special as in StarCoder
 
 FAMILY_SPECIALS = {
     "glm4": ["<|system|>", "<|user|>", "<|assistant|>", "<|observation|>", "[gMASK]", "<sop>"],
@@ -78,9 +79,11 @@ FAMILY_SPECIALS = {
 }
 
 
-def build_tiny_model(folder: Path, seed: int = 0, family: str = "qwen", **dimensions: int) -> Path:
+def build_tiny_model(folder: Path, seed: int = 0, family: str = "qwen", fim: bool = False,
+                     **dimensions: int) -> Path:
     """A tiny model whose tokenizer and chat template follow `family`: "qwen" (Hermes), "glm4", "llama3", or the
     reasoning families "qwen3" (a thought, switched by enable_thinking) and "r1" (the prompt opens the thought).
+    `fim`: its vocabulary has StarCoder's fill-in-the-middle tokens too (special, so never generated).
     `dimensions` override the network's (hidden_size=1536, num_hidden_layers=28...: a model of a real model's shape
     and speed, for benchmarks on machines that cannot download one)."""
     import torch
@@ -91,7 +94,8 @@ def build_tiny_model(folder: Path, seed: int = 0, family: str = "qwen", **dimens
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
-    specials = SPECIAL_TOKENS + FAMILY_SPECIALS.get(family, [])
+    extra_specials = FAMILY_SPECIALS.get(family, []) + (FIM_TOKENS if fim else [])
+    specials = SPECIAL_TOKENS + extra_specials
     trainer = trainers.BpeTrainer(
         vocab_size=600, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
     )
@@ -99,7 +103,7 @@ def build_tiny_model(folder: Path, seed: int = 0, family: str = "qwen", **dimens
     eos = {"glm4": "<|user|>", "llama3": "<|eot_id|>"}.get(family, "<|im_end|>")
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=backend, eos_token=eos, pad_token="<|endoftext|>", model_max_length=4096,
-        additional_special_tokens=FAMILY_SPECIALS.get(family, []),
+        additional_special_tokens=extra_specials,
     )
     tokenizer.add_tokens(TOOL_TAGS + (THINK_TAGS if family in ("qwen3", "r1") else []))
     tokenizer.chat_template = {"glm4": GLM4_TEMPLATE, "llama3": LLAMA3_TEMPLATE, "qwen3": QWEN3_TEMPLATE,

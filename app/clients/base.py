@@ -30,11 +30,15 @@ class ToolRequest:
     `choice`: "auto" (the model decides), "none" (no calls; tools left out of the prompt), "required" (at least
     one call, forced by constrained decoding where the backend can) or a tool's name (that call, forced).
     `dialect`: a tool-call dialect name overriding the one detected from the model's chat template.
+    `parallel_calls`: False (OpenAI's `parallel_tool_calls: false`) allows at most one call per reply: the reply
+    ends as soon as its first call is complete. (A local backend's forced call is one call either way: its grammar
+    allows exactly one.)
     """
 
     tools: tuple[dict[str, Any], ...] = ()
     choice: str = "auto"
     dialect: str | None = None
+    parallel_calls: bool = True
 
     def __post_init__(self) -> None:
         names = self.names
@@ -174,6 +178,21 @@ class Client(Protocol):
         Text deltas never contain tool-call text. The last delta has the finish reason: "stop", "length" (cut at
         the token limit: a forced call cut so comes as fragments only), "tool_calls" (with the calls) or
         "cancelled". Raises ClientError, with what to do, for a request the backend cannot serve."""
+        ...
+
+    def complete(
+        self,
+        prompt: str | list[int],
+        params: GenerationParams,
+        cancel: threading.Event,
+        suffix: str | None = None,
+    ) -> Generator[Delta, None, None]:
+        """Stream a raw continuation of `prompt` (text, or token ids of this model's vocabulary), as legacy text
+        completions do: no chat template, no tool calls, no thought split off. With `suffix`, fill in the middle
+        between `prompt` and `suffix` (prefix-suffix-middle, with the model's FIM tokens). Stop strings, Stop
+        (`cancel`), metrics and the finish reason ("stop", "length" or "cancelled") as in `stream`. Raises
+        ClientError for a prompt the model cannot take: too long for its context, or a suffix for a model without
+        FIM tokens."""
         ...
 
     def activity(self) -> ModelActivity | None:

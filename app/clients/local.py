@@ -1,7 +1,8 @@
 """What a local backend (transformers or vLLM) needs to know about a model's chat template, and turning OpenAI
 messages plus tools (and, for a vision-language model, pictures) into prompt token ids with it: the tool-call
 dialect, whether the template renders tools, stop tokens, fitting into the context window, and the parser and
-grammar for the reply; and which model folder a local backend loads (`resolve_model_path`)."""
+grammar for the reply; a legacy completion's raw prompt (`ChatTemplate.prepare_raw`); and which model folder a local
+backend loads (`resolve_model_path`)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Any
 
 from app.chat_format import PromptTooLong, ResponseProcessor, fit_to_context, process_response
 from app.clients.base import Capabilities, ClientError, Delta, GenerationParams, ResponseFormat, ToolRequest
+from app.clients.raw_prompt import raw_prompt_ids
 from app.clients.streaming import EngineRequest, stream_engine
 from app.clients.vision import NO_VISION, PromptImages, has_images
 from app.config import ImageSettings, SchemaLimits
@@ -221,10 +223,32 @@ class ChatTemplate:
             notice=notice,
             processor=process_response(dialect, active_tools, forced,
                                        (*params.stop, *text_stops) if active_tools else params.stop,
-                                       self.thinking_markers, self._opens_thought(encoded.text)),
+                                       self.thinking_markers, self._opens_thought(encoded.text),
+                                       parallel_calls=tools.parallel_calls if tools else True),
             grammar=_grammar(forced, dialect, active_tools, response_format),
             params=params,
             encoded=encoded,
+        )
+
+    def prepare_raw(self, prompt: str | list[int], params: GenerationParams,
+                    suffix: str | None = None) -> PreparedPrompt:
+        """A legacy completion's prompt, as given (app/clients/raw_prompt.py; no template, no grammar) and its reply as
+        plain text cut at the stop strings. Refused when it leaves no room in the context window for an answer:
+        unlike a conversation, a raw prompt has no messages to drop."""
+        token_ids = raw_prompt_ids(self.tokenizer, prompt, suffix)
+        if len(token_ids) >= self.context_window:
+            raise ClientError(f"The prompt has {len(token_ids)} tokens, which leaves no room in the model's "
+                              f"{self.context_window}-token context window: shorten it.")
+        text = prompt if isinstance(prompt, str) else ""
+        return PreparedPrompt(
+            token_ids=token_ids,
+            max_new_tokens=min(params.max_new_tokens, self.context_window - len(token_ids)),
+            dropped_messages=0,
+            notice=None,
+            processor=process_response(None, [], (), params.stop),
+            grammar=None,
+            params=params,
+            encoded=Encoded(token_ids, token_ids, text),
         )
 
     def _opens_thought(self, prompt: str) -> bool:
@@ -319,8 +343,8 @@ def resolve_model_path(model_path: str) -> Path:
 
 
 class LocalTemplateClient(ABC):
-    """Shared by the local backends (transformers, vLLM): the facts of their ChatTemplate and model folder, and
-    the whole of `stream` but for starting the engine (`engine_request`)."""
+    """Shared by the local backends (transformers, vLLM, llama.cpp): the facts of their ChatTemplate and model
+    folder, and the whole of `stream` and `complete` but for starting the engine (`engine_request`)."""
 
     template: ChatTemplate
     model_path: Path
@@ -358,7 +382,21 @@ class LocalTemplateClient(ABC):
         response_format: ResponseFormat | None = None,
     ) -> Generator[Delta, None, None]:
         started = time.perf_counter()
-        prompt = self.template.prepare(messages, params, tools, response_format)
+        yield from self._generate(self.template.prepare(messages, params, tools, response_format), cancel, started)
+
+    def complete(
+        self,
+        prompt: str | list[int],
+        params: GenerationParams,
+        cancel: threading.Event,
+        suffix: str | None = None,
+    ) -> Generator[Delta, None, None]:
+        started = time.perf_counter()
+        yield from self._generate(self.template.prepare_raw(prompt, params, suffix), cancel, started)
+
+    def _generate(self, prompt: PreparedPrompt, cancel: threading.Event,
+                  started: float) -> Generator[Delta, None, None]:
+        """`prompt`'s reply from this backend's engine, through the one streaming path."""
         metrics = AnswerMetrics(prompt_tokens=len(prompt.token_ids), dropped_messages=prompt.dropped_messages)
         if prompt.notice:
             yield Delta(notice=prompt.notice, metrics=metrics)

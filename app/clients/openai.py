@@ -3,8 +3,9 @@
 The server applies the chat template, stop strings and the response format, and parses tool calls, so this client
 sends OpenAI messages, tools and settings as they are, less the sampling fields left to the server's model defaults
 (`GenerationParams.server_defaults`); the shared streaming helper (app/clients/streaming.py) does the rest, as for
-every backend. The HTTP stream is read on a helper thread so Stop works even while the server is silent; closing
-the stream makes the server abort the request.
+every backend. Legacy text completions (`complete`) go to the server's /v1/completions, prompt and suffix as they
+are. The HTTP stream is read on a helper thread so Stop works even while the server is silent; closing the stream
+makes the server abort the request.
 
 Token counts: the server's usage (the last chunk, with stream_options.include_usage) when it comes. Until then, and
 for good when Stop closes the stream before it, each chunk that carries text, thought or a tool-call piece counts
@@ -16,12 +17,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 import httpx
 import openai
-from openai.types import Model
+from openai.types import Completion, CompletionUsage, Model
 from openai.types.chat import ChatCompletionChunk
 
 from app.chat_format import ResponseProcessor
@@ -104,14 +105,13 @@ class OpenAIClient:
     def describe(self) -> str:
         return f"OpenAI-compatible API · {self.model} · {self.base_url}"
 
-    def _request(self, messages: list[dict[str, Any]], params: GenerationParams, tools: ToolRequest | None,
-                 response_format: ResponseFormat | None) -> dict[str, Any]:
+    def _settings(self, params: GenerationParams) -> dict[str, Any]:
+        """What a streamed request of either endpoint (chat or legacy completions) says of `params`."""
         # Sampling fields the user left at the model's defaults (params.server_defaults) are not sent: the server
         # knows the model's generation config, and our values for them are only a guess at it.
         chosen = {name: getattr(params, name) for name in SAMPLING_FIELDS if name not in params.server_defaults}
         request: dict[str, Any] = {
             "model": self.model,
-            "messages": messages,
             "stream": True,
             "stream_options": {"include_usage": True},
             "max_tokens": params.max_new_tokens,
@@ -127,15 +127,23 @@ class OpenAIClient:
             extra: dict[str, Any] = {name: chosen[name] for name in ("top_k", "repetition_penalty") if name in chosen}
             if params.ignore_eos:
                 extra["ignore_eos"] = True
-            if params.thinking is not None:  # vLLM's (and our server's) way to pass the template's switch
-                extra["chat_template_kwargs"] = {"enable_thinking": params.thinking}
             if extra:
                 request["extra_body"] = extra
+        return request
+
+    def _request(self, messages: list[dict[str, Any]], params: GenerationParams, tools: ToolRequest | None,
+                 response_format: ResponseFormat | None) -> dict[str, Any]:
+        request = {**self._settings(params), "messages": messages}
+        if self._extra_sampling and params.thinking is not None:  # vLLM's (and our server's) template switch
+            request["extra_body"] = {**request.get("extra_body", {}),
+                                     "chat_template_kwargs": {"enable_thinking": params.thinking}}
         if tools is not None and tools.tools:
             request["tools"] = list(tools.tools)
             choice = tools.choice
             request["tool_choice"] = (choice if choice in ("auto", "none", "required")
                                       else {"type": "function", "function": {"name": choice}})
+            if not tools.parallel_calls:  # only when False: true is every server's default, and some lack the field
+                request["parallel_tool_calls"] = False
         if response_format is not None and response_format.constrained:
             request["response_format"] = response_format.to_openai()
         return request
@@ -153,8 +161,26 @@ class OpenAIClient:
         # The server cuts stop strings and parses calls; the processor puts the streamed calls together. A server
         # that sends thoughts apart (reasoning_content) needs no splitting; one that leaves <think> in the text does.
         processor = ResponseProcessor(native_tools=list(tools.tools) if tools else [],
-                                      thinking=ThinkingSplitter(THINK_TAGS))
-        yield from stream_engine(_HTTPStream(self.sdk, request), processor, cancel, AnswerMetrics(),
+                                      thinking=ThinkingSplitter(THINK_TAGS),
+                                      parallel_calls=tools.parallel_calls if tools else True)
+        yield from stream_engine(_HTTPStream(self.sdk.chat.completions.create, request, _engine_output), processor,
+                                 cancel, AnswerMetrics(), lambda exc: _friendly(exc, self.base_url, self.model),
+                                 started)
+
+    def complete(
+        self,
+        prompt: str | list[int],
+        params: GenerationParams,
+        cancel: threading.Event,
+        suffix: str | None = None,
+    ) -> Generator[Delta, None, None]:
+        """The server's /v1/completions: it tokenizes, fills in the middle (or refuses to) and cuts stop strings."""
+        started = time.perf_counter()
+        request = {**self._settings(params), "prompt": prompt}
+        if suffix is not None:
+            request["suffix"] = suffix
+        engine = _HTTPStream(self.sdk.completions.create, request, _completion_output)
+        yield from stream_engine(engine, ResponseProcessor(), cancel, AnswerMetrics(),
                                  lambda exc: _friendly(exc, self.base_url, self.model), started)
 
     def activity(self) -> None:
@@ -165,11 +191,13 @@ class OpenAIClient:
 
 
 class _HTTPStream:
-    """One streamed chat completion, read on a helper thread so the caller can beat and stop while the server is
-    silent; closing the response drops the connection, which makes the server abort the request."""
+    """One streamed request (`create(**request)`: a chat or a legacy completion), read on a helper thread so the
+    caller can beat and stop while the server is silent; `convert` turns each chunk into an engine output. Closing
+    the response drops the connection, which makes the server abort the request."""
 
-    def __init__(self, sdk: openai.OpenAI, request: dict[str, Any]) -> None:
-        self.sdk, self.request = sdk, request
+    def __init__(self, create: Callable[..., Any], request: dict[str, Any],
+                 convert: Callable[[Any], EngineOutput]) -> None:
+        self.create, self.request, self.convert = create, request, convert
         self.aborted = threading.Event()
         self.response: Any = None
 
@@ -183,12 +211,12 @@ class _HTTPStream:
 
     def _read(self, feed: EngineFeed) -> None:
         try:
-            self.response = self.sdk.chat.completions.create(**self.request)
+            self.response = self.create(**self.request)
             if self.aborted.is_set():  # Stop came while the server was still answering the headers
                 self.response.close()
                 return
             for chunk in self.response:
-                feed.put(_engine_output(chunk))
+                feed.put(self.convert(chunk))
         except Exception as exc:  # reported to the consumer, never lost in the thread
             if not self.aborted.is_set():
                 feed.fail(exc)
@@ -199,12 +227,7 @@ class _HTTPStream:
 def _engine_output(chunk: ChatCompletionChunk) -> EngineOutput:
     """One chunk as an engine output; a chunk with anything of the answer in it counts as one token (see the module
     docstring), which the server's usage replaces when it comes."""
-    output = EngineOutput()
-    if chunk.usage is not None:
-        output.usage = (chunk.usage.prompt_tokens or 0, chunk.usage.completion_tokens or 0)
-        details = chunk.usage.prompt_tokens_details
-        if details is not None and details.cached_tokens is not None:  # servers with a prompt cache say so
-            output.cached_tokens = details.cached_tokens
+    output = _usage_output(chunk.usage)
     for choice in chunk.choices:
         output.text += choice.delta.content or ""
         extra = choice.delta.model_extra or {}  # vLLM's servers name the thought either way, by version
@@ -217,4 +240,26 @@ def _engine_output(chunk: ChatCompletionChunk) -> EngineOutput:
         output.finish_reason = choice.finish_reason or output.finish_reason
     if output.text or output.thinking or output.call_fragments:
         output.tokens = 1
+    return output
+
+
+def _completion_output(chunk: Completion) -> EngineOutput:
+    """One chunk of a streamed legacy completion as an engine output, counted as `_engine_output` counts."""
+    output = _usage_output(chunk.usage)
+    for choice in chunk.choices:
+        output.text += choice.text
+        output.finish_reason = choice.finish_reason or output.finish_reason
+    if output.text:
+        output.tokens = 1
+    return output
+
+
+def _usage_output(usage: CompletionUsage | None) -> EngineOutput:
+    """An engine output with the server's token counts, where the chunk has them (the last one)."""
+    output = EngineOutput()
+    if usage is not None:
+        output.usage = (usage.prompt_tokens or 0, usage.completion_tokens or 0)
+        details = usage.prompt_tokens_details
+        if details is not None and details.cached_tokens is not None:  # servers with a prompt cache say so
+            output.cached_tokens = details.cached_tokens
     return output

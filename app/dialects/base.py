@@ -72,22 +72,34 @@ class StreamParser(ABC):
 
     `feed` returns the text that can be shown now, holding back anything that may still turn out to be a call;
     `finish` returns the rest of the visible text and the final parse. The visible pieces joined (stripped) are
-    always the final content, however the stream was chunked.
+    always the final content, however the stream was chunked. With `max_calls` set, a dialect that finds calls as
+    they are written stops reading at the end of the last call allowed (`complete`): the rest of that chunk too.
     """
 
     def __init__(self, tool_names: Sequence[str]) -> None:
         self.tool_names = tuple(tool_names)
         self.calls: list[ToolCall] = []
         self.shown: list[str] = []
+        self.max_calls: int | None = None  # the most calls a reply may make (1: no parallel calls); None: any number
         self._announced = 0  # calls already handed out as fragments
 
+    @property
+    def complete(self) -> bool:
+        """The reply has made all the calls it may (`max_calls`): what follows is not read."""
+        return self.max_calls is not None and len(self.calls) >= self.max_calls
+
     def feed(self, chunk: str) -> str:
+        if self.complete:
+            return ""
         visible = self._feed(chunk)
         self.shown.append(visible)
         return visible
 
     def finish(self) -> tuple[str, ParsedResponse]:
-        tail = self._finish()
+        tail = "" if self.complete else self._finish()
+        # A dialect that finds its calls only at the end (Llama 3's "a; b") may find more than it may make.
+        if self.max_calls is not None:
+            del self.calls[self.max_calls :]
         self.shown.append(tail)
         return tail, ParsedResponse(content="".join(self.shown).strip(), tool_calls=self.calls)
 

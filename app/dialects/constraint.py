@@ -53,6 +53,7 @@ _FREE_TEXT_WITHOUT_FENCE = 'root ::= ([^`] | "`" [^`] | "``" [^`])*'
 
 
 def call_ebnf(calls: Sequence[ConstrainedCall]) -> str:
+    """Exactly one of `calls`, then the end: a forced reply makes one call (with parallel_tool_calls or without)."""
     return _capped(_unbounded_call_grammar(calls))
 
 

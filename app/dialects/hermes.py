@@ -185,6 +185,9 @@ class HermesParser(StreamParser):
             if not valid:
                 shown.append(self._text(self._start, end))  # not a call after all: it is text
             self._start, self._block = end, None
+            if self.complete:  # the last call allowed: the reply ends here, whatever else this chunk holds
+                self._start = len(self._buf)
+                return "".join(shown)
 
     def _finish(self) -> str:
         pending = self._text(self._start, len(self._buf))

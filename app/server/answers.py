@@ -1,5 +1,7 @@
 """The API server's answers, as `openai.types.chat` models: a whole completion, or the chunks of a stream (the
-role first, then content and `delta.tool_calls` pieces as they are generated, the finish reason, usage)."""
+role first, then content and `delta.tool_calls` pieces as they are generated, the finish reason, usage). A reasoning
+model's thought goes under both names clients read: `reasoning_content` (vLLM's first name for it, DeepSeek's API)
+and `reasoning` (newer vLLM, and the clients written for it)."""
 
 from __future__ import annotations
 
@@ -74,8 +76,8 @@ class Reply:
         text, thought = "".join(self.text), "".join(self.thinking).strip()
         message = ChatCompletionMessage(role="assistant", content=text or (None if calls else ""),
                                         tool_calls=calls or None)
-        if thought:  # a reasoning model's thought, where vLLM's server puts it (an extra field of the message)
-            message.reasoning_content = thought  # type: ignore[attr-defined]
+        if thought:  # a reasoning model's thought: extra fields of the message, as vLLM's server sends it
+            message.reasoning_content = message.reasoning = thought  # type: ignore[attr-defined]
         return ChatCompletion(id=self.id, object="chat.completion", created=self.created, model=self.model,
                               choices=[Choice(index=0, message=message, finish_reason=finish_reason(self.last),
                                               logprobs=None)],
@@ -92,7 +94,8 @@ class Reply:
         """What one core delta adds to the stream: its thought, its text, then its tool-call pieces."""
         out = []
         if delta.thinking:
-            out.append(self.chunk(ChoiceDelta(reasoning_content=delta.thinking)))  # type: ignore[call-arg]
+            out.append(self.chunk(ChoiceDelta(reasoning_content=delta.thinking,  # type: ignore[call-arg]
+                                              reasoning=delta.thinking)))
         if delta.text:
             out.append(self.chunk(ChoiceDelta(content=delta.text)))
         if delta.call_fragments:

@@ -1,9 +1,10 @@
 """OpenAI-compatible HTTP API over the same core: `make serve` (or `python -m app.server --help`).
 
 `create_app` builds the app from one `ServerSettings`: one loaded backend (transformers, vLLM or another OpenAI
-server) serves every request; each endpoint family is a module of its own (app/server/chat_completions.py),
-registered here, next to /health, /metrics (Prometheus' format) and /v1/models. Requests and answers are typed
-(app/server/protocol.py, `openai.types.chat` in app/server/answers.py).
+server) serves every request; each endpoint family is a module of its own (app/server/chat_completions.py,
+app/server/completions.py), registered here, next to /health, /metrics (Prometheus' format)
+and /v1/models, and all generate through one `Generations` (app/server/generations.py). Requests and answers are
+typed (pydantic request models, `openai.types` answers).
 
 No client can hold the model or the process: a connection whose request headers or body do not arrive in time is
 closed (app/http_timeouts.py); bodies over 4 MB and conversations over the message and character
@@ -27,7 +28,9 @@ from app.clients.base import Client
 from app.config import HTTPTimeouts, RequestLimits, ServerSettings, comma_list, offline_by_default
 from app.http_timeouts import uvicorn_options
 from app.server.chat_completions import ChatCompletions
+from app.server.completions import Completions
 from app.server.errors import add_error_handlers, documented_errors
+from app.server.generations import Generations
 from app.server.metrics import ServerMetrics
 from app.server.middleware import add_middleware
 from app.server.model_holder import ModelHolder
@@ -41,15 +44,18 @@ def create_app(settings: ServerSettings, client: Client | None = None) -> FastAP
     metrics = ServerMetrics()
     metrics.watch_model(lambda: holder.client.activity() if holder.client is not None else None)
     # One object per endpoint family; a new family is built and registered alongside, and cancelled on shutdown.
-    completions = ChatCompletions(holder, metrics, settings.default_max_tokens, settings.limits)
+    generations = Generations(holder, metrics)
+    chat = ChatCompletions(generations, settings.default_max_tokens, settings.limits)
+    text_completions = Completions(generations, settings.default_max_tokens, settings.limits)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
-        completions.cancel_all()  # whatever is still generating must not keep the process alive
+        generations.cancel_all()  # whatever is still generating must not keep the process alive
 
     app = FastAPI(title="Composite LLM demo API", version="1.0", lifespan=lifespan,
-                  description="OpenAI-compatible chat completions with tool calls and structured output.")
+                  description="OpenAI-compatible chat completions, responses and text completions, with tool "
+                              "calls and structured output.")
     add_middleware(app, metrics, settings.api_key, settings.cors_origins)
     add_error_handlers(app, metrics)
 
@@ -73,7 +79,8 @@ def create_app(settings: ServerSettings, client: Client | None = None) -> FastAP
             "id": holder.served_name or "", "object": "model", "created": 0, "owned_by": "composite-demo",
             "max_model_len": client.capabilities.context_window})])
 
-    completions.register(app)
+    chat.register(app)
+    text_completions.register(app)
     return app
 
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -27,9 +25,7 @@ from app.config import ImageSettings, RequestLimits
 from app.server import protocol
 from app.server.answers import Reply, finish_reason
 from app.server.errors import documented_errors
-from app.server.generations import DeltaPump, InFlight
-from app.server.metrics import ServerMetrics
-from app.server.model_holder import ModelHolder
+from app.server.generations import Generations, InFlight
 from app.server.protocol import APIError, ChatRequest, error_response
 
 log = logging.getLogger(__name__)
@@ -42,13 +38,10 @@ _SSE_EVENT = {"type": "object", "required": ["data"], "properties": {
 
 
 class ChatCompletions:
-    """The chat completions endpoint: every request through `holder`'s client, each generation tracked until it
-    stops so that shutting down can cancel them all."""
+    """The chat completions endpoint: every request through the loaded client (`generations`)."""
 
-    def __init__(self, holder: ModelHolder, metrics: ServerMetrics, default_max_tokens: int,
-                 limits: RequestLimits) -> None:
-        self.holder, self.metrics, self.default_max_tokens, self.limits = holder, metrics, default_max_tokens, limits
-        self._in_flight: set[InFlight] = set()
+    def __init__(self, generations: Generations, default_max_tokens: int, limits: RequestLimits) -> None:
+        self.generations, self.default_max_tokens, self.limits = generations, default_max_tokens, limits
 
     def register(self, app: FastAPI) -> None:
         """Add the route, with its answers documented, to `app`."""
@@ -59,10 +52,7 @@ class ChatCompletions:
 
     async def create(self, body: ChatRequest, request: Request) -> Any:
         protocol.check_size(body, self.limits.max_messages, self.limits.max_chars)
-        client = self.holder.require()
-        if body.model != self.holder.served_name:
-            raise APIError(404, f"The model {body.model!r} does not exist here; this server serves "
-                                f"{self.holder.served_name!r}.", param="model", code="model_not_found")
+        client = self.generations.client_for(body.model)
         protocol.check_supported(body)
         params = protocol.generation_params(body, client.generation_defaults, self.default_max_tokens)
         # Validating schemas against the meta-schema is pure Python (up to a few tenths of a second): off the loop.
@@ -70,29 +60,13 @@ class ChatCompletions:
         response_format = await run_in_threadpool(protocol.response_format, body)
         # Images are decoded (and http(s) ones fetched, where allowed) off the event loop.
         messages = await run_in_threadpool(protocol.messages, body, protocol.image_fetcher(ImageSettings.from_env()))
-        cancel = threading.Event()
-        self.metrics.in_progress.inc()  # down again once the generation has stopped (DeltaPump's on_end)
-        flight = InFlight(DeltaPump(client.stream(messages, params, cancel, tools, response_format), cancel,
-                                    self.metrics.in_progress.dec))
-        flight.watch(request)
-        self._in_flight.add(flight)
-        try:
-            # The first delta before answering: a request that cannot be served is an HTTP error, not a broken
-            # stream.
-            first = await flight.pump.next()
-        except BaseException:
-            self._done(flight, None, "error")
-            raise
-        reply = Reply(model=self.holder.served_name or "")
+        flight, first = await self.generations.start(
+            request, lambda cancel: client.stream(messages, params, cancel, tools, response_format))
+        reply = Reply(model=body.model)
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
             return EventSourceResponse(self._events(flight, first, reply, include_usage), sep="\n", ping=15)
         return await self._whole(flight, first, reply)
-
-    def cancel_all(self) -> None:
-        """Stop every generation still running: the server is shutting down."""
-        for flight in list(self._in_flight):
-            flight.pump.cancel.set()
 
     async def _whole(self, flight: InFlight, first: Delta | None, reply: Reply) -> Any:
         """The whole completion; if the client left meanwhile, an answer nobody reads (499, as nginx logs it)."""
@@ -126,7 +100,7 @@ class ChatCompletions:
                     item = await flight.pump.next()
                 except Exception as exc:  # the backend failed mid-stream: say so in the stream, as vLLM does
                     ended = "error"
-                    self.metrics.errors.labels("server_error").inc()
+                    self.generations.metrics.errors.labels("server_error").inc()
                     if not isinstance(exc, APIError):  # a bug: its details go to the log, not to the client
                         log.exception("Streaming a chat completion failed")
                     yield _error_event(exc.message if isinstance(exc, APIError) else "Generating the answer failed.")
@@ -144,12 +118,7 @@ class ChatCompletions:
             self._done(flight, reply, ended)
 
     def _done(self, flight: InFlight, reply: Reply | None, ended: str) -> None:
-        flight.pump.cancel.set()  # a no-op after a complete reply; otherwise it stops the generation
-        if flight.watcher is not None:
-            flight.watcher.cancel()
-        self._in_flight.discard(flight)
-        if reply is not None:
-            self.metrics.record_answer(reply.metrics, ended, time.perf_counter() - flight.started)
+        self.generations.done(flight, reply.metrics if reply is not None else None, ended)
 
 
 def _event(chunk: ChatCompletionChunk) -> dict[str, str]:

@@ -1,5 +1,6 @@
-"""A generation in flight, for any endpoint family that generates: the client's blocking stream of deltas read on a
-thread of its own and handed to the event loop, cancelled as soon as the requester leaves or the server stops."""
+"""Generations in flight, for every endpoint family that generates (chat completions, responses, completions): the
+client's blocking stream of deltas read on a thread of its own and handed to the event loop, cancelled as soon as
+the requester leaves or the server stops, and counted in the server's metrics once it ends."""
 
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ from typing import Any
 
 from fastapi import Request
 
-from app.clients.base import ClientError, Delta
+from app.clients.base import Client, ClientError, Delta
+from app.conversation import AnswerMetrics
+from app.server.metrics import ServerMetrics
+from app.server.model_holder import ModelHolder
 from app.server.protocol import APIError
 
 DISCONNECT_POLL_S = 0.1  # how often a request looks whether its client is still there
@@ -90,3 +94,50 @@ class InFlight:
     def stopped(self) -> bool:
         """Cancelled before the answer was complete: the client left, or the server is shutting down."""
         return self.pump.cancel.is_set()
+
+
+class Generations:
+    """Every generation this server runs, whichever endpoint started it: each is tracked until it stops, so that
+    shutting down can cancel them all, and recorded in the metrics when it ends."""
+
+    def __init__(self, holder: ModelHolder, metrics: ServerMetrics) -> None:
+        self.holder, self.metrics = holder, metrics
+        self._in_flight: set[InFlight] = set()
+
+    def client_for(self, model: str) -> Client:
+        """The loaded client, when `model` names it: 503 while it loads, 404 for another model."""
+        client = self.holder.require()
+        if model != self.holder.served_name:
+            raise APIError(404, f"The model {model!r} does not exist here; this server serves "
+                                f"{self.holder.served_name!r}.", param="model", code="model_not_found")
+        return client
+
+    async def start(self, request: Request,
+                    stream: Callable[[threading.Event], Iterator[Delta]]) -> tuple[InFlight, Delta | None]:
+        """Start `stream(cancel)` on a thread; the generation and its first delta (None: it ended at once). A
+        request that cannot be served raises here, as an HTTP error rather than a broken stream."""
+        cancel = threading.Event()
+        self.metrics.in_progress.inc()  # down again once the generation has stopped (DeltaPump's on_end)
+        flight = InFlight(DeltaPump(stream(cancel), cancel, self.metrics.in_progress.dec))
+        flight.watch(request)
+        self._in_flight.add(flight)
+        try:
+            first = await flight.pump.next()
+        except BaseException:
+            self.done(flight, None, "error")
+            raise
+        return flight, first
+
+    def done(self, flight: InFlight, metrics: AnswerMetrics | None, ended: str) -> None:
+        """`flight` ended (`ended`: its finish reason, "cancelled" or "error"): stop it if it still runs, count it."""
+        flight.pump.cancel.set()  # a no-op after a complete reply; otherwise it stops the generation
+        if flight.watcher is not None:
+            flight.watcher.cancel()
+        self._in_flight.discard(flight)
+        if metrics is not None:
+            self.metrics.record_answer(metrics, ended, time.perf_counter() - flight.started)
+
+    def cancel_all(self) -> None:
+        """Stop every generation still running: the server is shutting down."""
+        for flight in list(self._in_flight):
+            flight.pump.cancel.set()

@@ -23,7 +23,7 @@ from app.tools.net_guard import fetch_guarded
 from app.tools.registry import ToolError
 
 # Fields the API accepts without acting on them (they change nothing for a single local model).
-_HARMLESS_FIELDS = {"user", "metadata", "store", "parallel_tool_calls", "service_tier"}
+_HARMLESS_FIELDS = {"user", "metadata", "store", "service_tier"}
 # A seed is a signed 64-bit integer, as in OpenAI's and vLLM's APIs.
 _SEED_RANGE = (-(2**63), 2**63 - 1)
 IMAGE_FETCH_TIMEOUT_S = 10.0
@@ -153,6 +153,8 @@ class ChatRequest(BaseModel):
     messages: list[dict[str, Any]] = Field(min_length=1)  # checked by Conversation.from_openai
     tools: list[Tool] | None = None
     tool_choice: Literal["auto", "none", "required"] | NamedToolChoice | None = None
+    # False: at most one call per reply (left out or null: as many as the model makes, OpenAI's default).
+    parallel_tool_calls: bool | None = None
     response_format: ResponseFormatBody | None = None
     # Left out: the model's own defaults (app/generation_defaults.py), as vLLM's server does.
     temperature: float | None = Field(None, ge=0.0, le=2.0)
@@ -239,8 +241,9 @@ def generation_params(request: ChatRequest, defaults: GenerationDefaults, defaul
 
 
 def tool_request(request: ChatRequest) -> ToolRequest | None:
-    """The request's tools and choice; 422 for parameters that are not a JSON Schema (checked here, on a thread,
-    rather than while the body is parsed on the event loop: see FunctionDefinition)."""
+    """The request's tools, choice and whether calls may be parallel; 422 for parameters that are not a JSON
+    Schema (checked here, on a thread, rather than while the body is parsed on the event loop: see
+    FunctionDefinition)."""
     for index, tool in enumerate(request.tools or ()):
         problem = parameters_problem(tool.function.parameters)
         if problem:
@@ -253,7 +256,8 @@ def tool_request(request: ChatRequest) -> ToolRequest | None:
             raise APIError(400, "tool_choice needs tools.", param="tool_choice")
         return None
     try:
-        return ToolRequest(tools=tuple(tool.model_dump(exclude_none=True) for tool in request.tools), choice=name)
+        return ToolRequest(tools=tuple(tool.model_dump(exclude_none=True) for tool in request.tools), choice=name,
+                           parallel_calls=request.parallel_tool_calls is not False)
     except ValueError as exc:
         raise APIError(400, str(exc), param="tool_choice") from exc
 
