@@ -87,6 +87,7 @@ API = "The OpenAI-compatible API"
 CUSTOM_TOOL = "Adding your own tool"
 MCP_TOOLS = "Tools from MCP servers"
 MCP_SERVER = "The app's tools as an MCP server"
+RESPONSES = "The Responses API: Codex CLI, the OpenAI Agents SDK"
 # Each example, by section and language, and the test that runs it: a new example needs a test (and a line here).
 EXAMPLES = {
     ("Two commands", "bash"): "test_the_two_commands_are_what_make_runs",
@@ -96,6 +97,9 @@ EXAMPLES = {
     (API, "json"): "test_the_curl_example_returns_a_forced_calculator_call_promptly (its output)",
     (API, "python"): "test_the_python_example_streams_parses_and_sees_a_picture",
     (API, "text"): "test_the_python_example_streams_parses_and_sees_a_picture (its output)",
+    (RESPONSES, "toml"): "tests/test_codex_cli.py (Codex runs with this config.toml)",
+    (RESPONSES, "bash"): "tests/test_codex_cli.py (its key variable and command)",
+    (RESPONSES, "python"): "test_the_agents_sdk_example_calls_its_tool_and_answers",
     (MCP_SERVER, "json"): "test_the_mcp_client_configuration_starts_the_apps_mcp_server",
     ("Development", ""): "test_the_tree_in_the_readme_exists",
 }
@@ -287,6 +291,20 @@ def test_the_python_example_streams_parses_and_sees_a_picture(smol_port, vision_
     assert reply.model == "SmolVLM-256M-Instruct" and reply.choices[0].message.role == "assistant"
     assert reply.usage.prompt_tokens > 4  # the picture's tokens were read
     assert reply.choices[0].finish_reason in ("stop", "length")
+
+
+# ----- The Responses API -------------------------------------------------------------------------------------------
+
+def test_the_agents_sdk_example_calls_its_tool_and_answers(smol_port):
+    """The Agents SDK example on its default Responses API: the agent called get_weather, got its result, and
+    printed an answer in words."""
+    namespace: dict[str, Any] = {"__name__": "readme_example"}
+    printed = run_python(on_port(block(RESPONSES, "python").text, smol_port), namespace)
+    result = namespace["result"]
+    kinds = [item.type for item in result.new_items]
+    assert kinds[:2] == ["tool_call_item", "tool_call_output_item"] and kinds[-1] == "message_output_item"
+    assert "Sunny and 24 degrees C in" in result.new_items[1].output
+    assert printed.strip() == str(result.final_output).strip() and printed.strip()
 
 
 # ----- The app's tools as an MCP server ----------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Property-based API testing of our server with schemathesis: generated requests from /openapi.json, sent over
 HTTP to a real server on 127.0.0.1 (tiny model, so generations are quick): never a 5xx, never off-schema, and
-the 200 answers validated against the declared response models (`openai.types.chat.ChatCompletion`). Requests
-that break the schema on purpose (negative mode) must be refused with a 4xx in OpenAI's error shape."""
+the 200 answers validated against the declared response models (`openai.types`' ChatCompletion, Response and
+Completion). Requests that break the schema on purpose (negative mode) must be refused with a 4xx in OpenAI's error
+shape."""
 
 from __future__ import annotations
 
@@ -26,15 +27,15 @@ def tiny_api(tiny_client):
 
 def test_generated_requests_never_break_the_server(tiny_api):
     schema = schemathesis.openapi.from_url(f"{tiny_api}/openapi.json")
-    completions: list[int] = []  # statuses of chat completions answered as JSON
+    answered: dict[str, list[int]] = {}  # statuses of the answers in JSON, by path
 
     # derandomize: the same requests on every run, so that a count below is a fact about the server, not luck.
-    @settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+    @settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
     @given(case=schema.as_strategy())
     def check(case):
         if isinstance(case.body, dict):
             # Keep generations short: the property is about request handling, not long answers.
-            for key in ("max_tokens", "max_completion_tokens"):
+            for key in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
                 if isinstance(case.body.get(key), int):
                     case.body[key] = min(case.body[key], 8)
             if "messages" in case.body:
@@ -48,22 +49,40 @@ def test_generated_requests_never_break_the_server(tiny_api):
                 if share == 2:
                     for key in ("tools", "tool_choice", "response_format", "functions", "function_call"):
                         case.body.pop(key, None)
+            elif case.path == "/v1/completions":  # likewise: our model, and half with a plain prompt
+                case.body["model"] = "tiny"
+                if zlib.crc32(repr(case.body).encode()) % 2:
+                    case.body["prompt"] = "hi"
+                    for key in ("suffix", "n", "best_of", "logprobs", "echo", "frequency_penalty",
+                                "presence_penalty"):
+                        case.body.pop(key, None)
+            elif case.path == "/v1/responses":  # likewise: our model, and a third with plain input
+                case.body["model"] = "tiny"
+                share = zlib.crc32(repr(case.body).encode()) % 3
+                if share:
+                    case.body["input"] = "hi"
+                if share == 2:
+                    for key in ("tools", "tool_choice", "text", "previous_response_id"):
+                        case.body.pop(key, None)
         # Every check but "a schema-valid request is accepted": some rules cannot be said in JSON Schema (messages
         # that make a conversation, a tool_choice naming one of the tools, arguments that are JSON text), and those
         # requests rightly get a 400 in OpenAI's error shape.
         response = case.call_and_validate(base_url=tiny_api, timeout=60, excluded_checks=[positive_data_acceptance])
-        if case.path == "/v1/chat/completions" and "application/json" in response.headers.get("content-type", []):
-            completions.append(response.status_code)
+        if "application/json" in response.headers.get("content-type", []):
+            answered.setdefault(case.path, []).append(response.status_code)
 
     check()
-    assert completions.count(200) >= 5, completions  # 200 bodies were really checked against ChatCompletion
+    # 200 bodies were really checked against ChatCompletion and Response
+    assert answered["/v1/chat/completions"].count(200) >= 5, answered
+    assert answered["/v1/responses"].count(200) >= 5, answered
+    assert answered["/v1/completions"].count(200) >= 5, answered
 
 
 def test_requests_that_break_the_schema_get_a_clear_4xx(tiny_api):
     schema = schemathesis.openapi.from_url(f"{tiny_api}/openapi.json")
     refused: list[int] = []  # statuses of the chat completions refused
 
-    @settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
     @given(case=schema.as_strategy(generation_mode=GenerationMode.NEGATIVE))
     def check(case):
         response = case.call(base_url=tiny_api, timeout=60)

@@ -2,7 +2,7 @@
 
 `create_app` builds the app from one `ServerSettings`: one loaded backend (transformers, vLLM or another OpenAI
 server) serves every request; each endpoint family is a module of its own (app/server/chat_completions.py,
-app/server/completions.py), registered here, next to /health, /metrics (Prometheus' format)
+app/server/responses.py, app/server/completions.py), registered here, next to /health, /metrics (Prometheus' format)
 and /v1/models, and all generate through one `Generations` (app/server/generations.py). Requests and answers are
 typed (pydantic request models, `openai.types` answers).
 
@@ -35,11 +35,16 @@ from app.server.metrics import ServerMetrics
 from app.server.middleware import add_middleware
 from app.server.model_holder import ModelHolder
 from app.server.protocol import ModelList
+from app.server.responses import Responses
+from app.storage import open_database
+from app.storage.responses import ResponseStore
 
 
-def create_app(settings: ServerSettings, client: Client | None = None) -> FastAPI:
+def create_app(settings: ServerSettings, client: Client | None = None,
+               response_store: ResponseStore | None = None) -> FastAPI:
     """The API app. It loads `settings.model` at start-up, in the background, unless handed an already loaded
-    `client` (tests, benchmarks) to serve instead."""
+    `client` (tests, benchmarks) to serve instead. Stored responses go to the configured database (opened at their
+    first use) unless `response_store` is given."""
     holder = ModelHolder(settings.model, client, settings.served_name)
     metrics = ServerMetrics()
     metrics.watch_model(lambda: holder.client.activity() if holder.client is not None else None)
@@ -47,6 +52,8 @@ def create_app(settings: ServerSettings, client: Client | None = None) -> FastAP
     generations = Generations(holder, metrics)
     chat = ChatCompletions(generations, settings.default_max_tokens, settings.limits)
     text_completions = Completions(generations, settings.default_max_tokens, settings.limits)
+    responses = Responses(generations, (lambda: response_store) if response_store is not None
+                          else (lambda: ResponseStore(open_database())), settings.default_max_tokens, settings.limits)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -80,6 +87,7 @@ def create_app(settings: ServerSettings, client: Client | None = None) -> FastAP
             "max_model_len": client.capabilities.context_window})])
 
     chat.register(app)
+    responses.register(app)
     text_completions.register(app)
     return app
 
