@@ -2,9 +2,15 @@
 
 It offers the built-in tools (`load_tools()`), the sandboxed `python` interpreter and the browser tools
 (`web_search`, `open_url`, `mclick`; `generate_image` too when an image API is configured), each with the
-registry's JSON Schema as its inputSchema. Calls go through the registry: arguments are validated (invalid ones,
-and any failure, come back as a tool result with isError set), the tool runs under its time limit, and images
-(plots) come back as PNG image content after the text.
+registry's JSON Schema as its inputSchema, its hints as annotations (read-only, destructive, idempotent, open-world,
+and its title) and, where it gives a structured result, its outputSchema. Calls go through the registry: arguments
+are validated (invalid ones, and any failure, come back as a tool result with isError set), the tool runs under its
+time limit, and images (plots) come back as PNG image content after the text; a structured result comes back as
+structuredContent.
+
+The SDK's server negotiates the initialize handshake's versions (2024-11-05, 2025-03-26, 2025-06-18, 2025-11-25: a
+client asking for another one is offered 2025-11-25) and the stateless 2026-07-28 (server/discover). Annotations
+came in 2025-03-26 and structured results in 2025-06-18; older clients ignore the fields they do not know.
 
 State is per server process, not per MCP session: in the SDK (mcp 2.3) a handler's context does not reach its
 connection's state, and the 2026-07-28 protocol the SDK's client speaks by default has no sessions at all. Over
@@ -22,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import json
 import secrets
 import signal
 import sys
@@ -35,6 +42,7 @@ from mcp.server import Server, ServerRequestContext
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.stdio import stdio_server
+from mcp.types.version import is_version_at_least
 from pydantic import AnyHttpUrl
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
@@ -44,11 +52,12 @@ from app.config import HTTPTimeouts, McpSettings
 from app.http_timeouts import uvicorn_options
 from app.media import ImageError, sniff_mime
 from app.tools import load_tools
-from app.tools.registry import RunningCall, ToolRegistry, ToolResult
+from app.tools.registry import RunningCall, Tool, ToolHints, ToolRegistry, ToolResult
 from app.tools.sandbox import isolation
 from app.tools.session import SessionTools
 
 _POLL_S = 0.5  # how often a waiting call checks whether the client cancelled it
+_STRUCTURED_SINCE = "2025-06-18"  # the protocol version that brought outputSchema and structuredContent
 _CLOSE_WAIT_S = 10.0  # on SIGTERM, how long cleanup may take (an interrupted cell lets go of the kernel)
 _INSTRUCTIONS = (
     "Tools of the composite LLM demo. `python` keeps its variables between calls (one sandboxed kernel per server "
@@ -58,10 +67,9 @@ _INSTRUCTIONS = (
 
 
 def build_server(tools: ToolRegistry) -> Server[Any]:
-    """A low-level MCP server offering `tools`: the registry's schemas as inputSchemas, its calls as tool calls."""
-    listing = types.ListToolsResult(tools=[
-        types.Tool(name=tool.name, description=tool.description, input_schema=tool.parameters) for tool in tools
-    ])
+    """A low-level MCP server offering `tools`: the registry's schemas as inputSchemas, its hints as annotations,
+    its output schemas as outputSchemas, its calls as tool calls."""
+    listing = types.ListToolsResult(tools=[_listed(tool) for tool in tools])
 
     async def list_tools(ctx: ServerRequestContext[Any],
                          params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
@@ -72,7 +80,7 @@ def build_server(tools: ToolRegistry) -> Server[Any]:
             # The spec's line: a tool that does not exist is a protocol error; what a tool does wrong is a result.
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name}")
         result = await _finish(tools.start(params.name, params.arguments or {}))
-        return _as_mcp_result(result)
+        return _as_mcp_result(result, ctx.protocol_version)
 
     def input_schema(name: str) -> Mapping[str, Any] | None:
         tool = tools.get(name)
@@ -93,9 +101,25 @@ async def _finish(running: RunningCall) -> ToolResult:
     return result
 
 
-def _as_mcp_result(result: ToolResult) -> types.CallToolResult:
-    """The text first, then each picture (a plot) as image content; a failed call has isError set."""
+def _listed(tool: Tool) -> types.Tool:
+    """A registry tool as MCP lists it; a tool whose hints say nothing has no annotations."""
+    hints = tool.hints
+    annotations = None if hints == ToolHints() else types.ToolAnnotations(
+        title=hints.title, read_only_hint=hints.read_only, destructive_hint=hints.destructive,
+        idempotent_hint=hints.idempotent, open_world_hint=hints.open_world)
+    return types.Tool(name=tool.name, title=hints.title, description=tool.description, input_schema=tool.parameters,
+                      output_schema=tool.output_schema, annotations=annotations)
+
+
+def _as_mcp_result(result: ToolResult, protocol_version: str) -> types.CallToolResult:
+    """The text first, then each picture (a plot) as image content, and the structured result as structuredContent;
+    a failed call has isError set."""
     content: list[types.ContentBlock] = [types.TextContent(text=result.content)]
+    if result.structured is not None and not is_version_at_least(protocol_version, _STRUCTURED_SINCE):
+        # The spec asks for the structured result as JSON text too, for clients that predate structuredContent.
+        # Only those get it: the others read structuredContent, and a second text block would double what their
+        # model reads (clients join text blocks), where the text above already says the same in words.
+        content.append(types.TextContent(text=json.dumps(result.structured, ensure_ascii=False)))
     for attachment in result.attachments:
         if attachment.kind != "image":
             continue
@@ -104,7 +128,7 @@ def _as_mcp_result(result: ToolResult) -> types.CallToolResult:
         except ImageError:  # not a picture a client could show
             continue
         content.append(types.ImageContent(data=base64.b64encode(attachment.data).decode("ascii"), mime_type=mime))
-    return types.CallToolResult(content=content, is_error=not result.ok)
+    return types.CallToolResult(content=content, structured_content=result.structured, is_error=not result.ok)
 
 
 def offered_tools(session: SessionTools) -> ToolRegistry:

@@ -1,29 +1,39 @@
 """The app's tools as an MCP server (app/mcp_server.py), driven by the MCP SDK's own client: over stdio (the SDK
-starts `python -m app.mcp_server`) and over Streamable HTTP on 127.0.0.1 (a real server process with an API key).
-The python tool runs in the real bubblewrap sandbox; the browser reads a local test site."""
+starts `python -m app.mcp_server`), over Streamable HTTP on 127.0.0.1 (a real server process with an API key) and
+in memory (the built-in tools' annotations and structured results). The python tool runs in the real bubblewrap
+sandbox; the browser reads a local test site."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
 import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import datetime
 from pathlib import Path
 
+import anyio
 import httpx
 import httpx2
 import mcp.types as types
 import pytest
+from jsonschema import Draft202012Validator
 from mcp import Client, MCPError, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.memory import create_client_server_memory_streams
+from mcp.shared.message import SessionMessage
+from mcp.types.jsonrpc import JSONRPCNotification, JSONRPCRequest
 
+from app.mcp_server import build_server
 from app.tools import load_tools
 from harness.local_http import free_port, json_reply, serve
 from harness.processes import server_process
 from tests.helpers import ARTICLE, ROOT, html
+from tests.test_tools import open_meteo  # noqa: F401 (a fixture: the weather tool's stand-in for Open-Meteo)
 
 pytestmark = pytest.mark.timeout(600)  # a safety net: kernels start in a sandbox, on a machine that may be busy
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -88,8 +98,22 @@ def test_stdio_lists_every_tool_with_the_registrys_schema_and_calls_them(session
             assert listed["python"].input_schema["required"] == ["code"]
             assert listed["mclick"].input_schema["properties"]["ids"]["type"] == "array"
 
+            # The hints as annotations: what each tool does to the world, and its title.
+            assert listed["calculator"].title == "Calculator" and listed["calculator"].annotations == reader(
+                "Calculator", open_world=False)
+            assert listed["python"].annotations == types.ToolAnnotations(
+                title="Python (sandboxed)", read_only_hint=False, destructive_hint=False, idempotent_hint=False,
+                open_world_hint=False)  # it changes its kernel, nothing outside its sandbox, with no network
+            assert listed["web_search"].annotations == reader("Web search", open_world=True)
+            assert listed["open_url"].annotations == reader("Open a web page", open_world=True)
+            assert listed["mclick"].annotations == reader("Open search results", open_world=True)
+            assert listed["calculator"].output_schema == calculator.output_schema
+            assert listed["python"].output_schema is None  # its text and plots have no structure to declare
+
             result = await client.call_tool("calculator", {"expression": "2 + 3 * 4"})
             assert not result.is_error and text_of(result) == "2 + 3 * 4 = 14"
+            assert result.structured_content == {"expression": "2 + 3 * 4", "value": 14}
+            Draft202012Validator(listed["calculator"].output_schema).validate(result.structured_content)
 
             invalid = await client.call_tool("calculator", {"expr": "2 + 2"})
             assert invalid.is_error and "invalid arguments for calculator" in text_of(invalid)
@@ -97,11 +121,87 @@ def test_stdio_lists_every_tool_with_the_registrys_schema_and_calls_them(session
 
             failed = await client.call_tool("calculator", {"expression": "1 / 0"})
             assert failed.is_error and text_of(failed) == "Error: division by zero."
+            assert failed.structured_content is None  # a failure carries no result to check against the schema
 
             with pytest.raises(MCPError, match="Unknown tool: no_such_tool"):
                 await client.call_tool("no_such_tool", {})
 
     asyncio.run(scenario())
+
+
+def reader(title: str, *, open_world: bool) -> types.ToolAnnotations:
+    """The annotations of a tool that only reads or computes, said in full."""
+    return types.ToolAnnotations(title=title, read_only_hint=True, destructive_hint=False, idempotent_hint=True,
+                                 open_world_hint=open_world)
+
+
+# ----- in memory: annotations and structured results of the built-in tools ----------------------------------------
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])  # 2026-07-28 without a handshake, and 2025-11-25 with one
+def test_structured_results_match_their_output_schemas_and_keep_their_text(open_meteo, mode):  # noqa: F811
+    builtin = load_tools()
+    calls = {
+        "calculator": ({"expression": "6 * 7"}, "6 * 7 = 42"),
+        "convert_units": ({"value": 100, "from_unit": "C", "to_unit": "F"}, "100 C = 212 F"),
+        "random_number": ({"low": 3, "high": 3}, "3"),
+        "current_time": ({"timezone": "UTC"}, None),  # the text changes by the second
+        "get_weather": ({"city": "Paris"}, "Paris, France at 2026-11-22T23:00 (local time): overcast, 8.1°C (feels "
+                                           "like 5.9°C), humidity 81%, wind 12.3km/h."),
+    }
+
+    async def scenario() -> None:
+        async with Client(build_server(builtin), mode=mode) as client:
+            listed = {tool.name: tool for tool in (await client.list_tools()).tools}
+            assert {name for name, tool in listed.items() if tool.output_schema is not None} == set(calls)
+            assert listed["get_weather"].annotations == reader("Weather (Open-Meteo)", open_world=True)
+            assert listed["count_words"].annotations is None  # the user's own tool says nothing
+            for name, (arguments, text) in calls.items():
+                result = await client.call_tool(name, arguments)
+                assert not result.is_error, text_of(result)
+                Draft202012Validator(listed[name].output_schema).validate(result.structured_content)
+                if text is None:  # the time: the text says it in words, the structured result in ISO 8601
+                    now = datetime.fromisoformat(result.structured_content["time"])
+                    text = now.strftime("%A %d %B %Y, %H:%M:%S (UTC, UTC+0000)")
+                assert text_of(result) == text
+                assert [block.type for block in result.content] == ["text"]  # no JSON copy for these clients
+            weather = await client.call_tool("get_weather", {"city": "Paris"})
+            assert weather.structured_content["temperature"] == {"value": 8.1, "unit": "°C"}
+
+    asyncio.run(scenario())
+
+
+async def old_client(version: str, name: str, arguments: dict) -> tuple[str, dict]:
+    """A client of an older protocol, speaking JSON-RPC to the app's server in memory (the SDK's own client only
+    offers the newest versions): the version the server agreed to, and its answer to one tool call."""
+    server = build_server(load_tools())
+    async with create_client_server_memory_streams() as ((read, write), (server_read, server_write)):
+        async with anyio.create_task_group() as group:
+            group.start_soon(server.run, server_read, server_write, server.create_initialization_options())
+
+            async def ask(number: int, method: str, params: dict) -> dict:
+                request = JSONRPCRequest(jsonrpc="2.0", id=number, method=method, params=params)
+                await write.send(SessionMessage(request))
+                answer = await read.receive()
+                assert isinstance(answer, SessionMessage) and answer.message.id == number
+                return answer.message.result
+
+            agreed = await ask(1, "initialize", {"protocolVersion": version, "capabilities": {},
+                                                 "clientInfo": {"name": "old", "version": "1"}})
+            await write.send(SessionMessage(JSONRPCNotification(jsonrpc="2.0", method="notifications/initialized")))
+            result = await ask(2, "tools/call", {"name": name, "arguments": arguments})
+            group.cancel_scope.cancel()
+    return agreed["protocolVersion"], result
+
+
+@pytest.mark.parametrize(("version", "json_copy"), [("2024-11-05", True), ("2025-03-26", True),
+                                                    ("2025-06-18", False), ("2025-11-25", False)])
+def test_clients_older_than_structured_content_get_it_as_json_text_too(version, json_copy):
+    agreed, result = asyncio.run(old_client(version, "calculator", {"expression": "6 * 7"}))
+    assert agreed == version
+    texts = [block["text"] for block in result["content"]]
+    structured = {"expression": "6 * 7", "value": 42}
+    assert texts == (["6 * 7 = 42", json.dumps(structured)] if json_copy else ["6 * 7 = 42"])
+    assert result["structuredContent"] == structured
 
 
 def test_stdio_python_prints_plots_keeps_state_and_stops_with_the_client(sessions, tmp_path):

@@ -1,6 +1,8 @@
 """MCP servers' tools in a ToolRegistry, next to the app's own: each with the server's JSON Schema as its
-parameters (so validation and forced calls work as for any tool), named to fit and not to clash, called through
-the manager's connection to its server.
+parameters (so validation and forced calls work as for any tool), its annotations as hints (as far as the server
+is trusted: `origin` names it), its outputSchema as the registry's output schema, named to fit and not to clash,
+called through the manager's connection to its server. A structured result (structuredContent) is carried in
+ToolResult.structured, checked against the output schema by the registry.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from app.mcp_client.connection import ServerConnection
 from app.mcp_client.manager import McpManager
 from app.mcp_client.results import to_output
 from app.schema_limits import schema_size_problem
-from app.tools.registry import Tool, ToolError, ToolOutput, ToolRegistry, function_schema
+from app.tools.registry import Tool, ToolError, ToolHints, ToolOutput, ToolRegistry, function_schema, output_validator
 
 logger = logging.getLogger(__name__)
 
@@ -34,9 +36,10 @@ def mcp_registry(manager: McpManager, connections: Iterable[ServerConnection],
                  taken: Iterable[str] = ()) -> ToolRegistry:
     """The tools of the connected servers among `connections`. A tool keeps its name (made to fit
     ^[a-zA-Z0-9_-]{1,64}$) unless that clashes with `taken` (the page's other tools) or with another MCP tool:
-    then it is called `server_tool`. Tools whose input schema is not a usable JSON Schema object are left out."""
+    then it is called `server_tool`. Tools whose input or output schema is not a usable JSON Schema are left out."""
     found = [(connection, tool, parameters) for connection in connections for tool in connection.tools
-             if (parameters := _parameters(connection.name, tool)) is not None]
+             if (parameters := _parameters(connection.name, tool)) is not None
+             and _output_schema_usable(connection.name, tool)]
     names = _unique_names([(connection.name, tool.name) for connection, tool, _ in found], set(taken))
     limit = manager.settings.connect_timeout_s + manager.settings.call_timeout_s + _GRACE_S
     registry = ToolRegistry()
@@ -44,8 +47,17 @@ def mcp_registry(manager: McpManager, connections: Iterable[ServerConnection],
         call, cancel = _caller(manager, connection, tool.name, name, limit)
         description = tool.description or tool.title or (tool.annotations.title if tool.annotations else None) or ""
         registry.add(Tool(name, call, function_schema(name, description, parameters), timeout_s=limit,
-                          on_cancel=cancel, origin=f"MCP server {connection.name}"))
+                          on_cancel=cancel, origin=f"MCP server {connection.name}", hints=_hints(tool),
+                          output_schema=copy.deepcopy(tool.output_schema)))
     return registry
+
+
+def _hints(tool: types.Tool) -> ToolHints:
+    """The tool's annotations as hints; its title as MCP ranks them: the tool's own, then the annotations'."""
+    notes = tool.annotations or types.ToolAnnotations()
+    return ToolHints(read_only=notes.read_only_hint, destructive=notes.destructive_hint,
+                     idempotent=notes.idempotent_hint, open_world=notes.open_world_hint,
+                     title=tool.title or notes.title)
 
 
 def _parameters(server: str, tool: types.Tool) -> dict[str, Any] | None:
@@ -65,6 +77,23 @@ def _parameters(server: str, tool: types.Tool) -> dict[str, Any] | None:
                        exc.message)
         return None
     return schema
+
+
+def _output_schema_usable(server: str, tool: types.Tool) -> bool:
+    """Whether the tool declares no output schema or one that can be checked. The SDK checks every result of a
+    tool against its output schema too, and refuses them all when the schema is not valid: such a tool is of no
+    use."""
+    if tool.output_schema is None:
+        return True
+    try:
+        if (problem := schema_size_problem(tool.output_schema, SchemaLimits.from_env())) is not None:
+            raise SchemaError(problem)
+        output_validator(tool.output_schema)
+    except SchemaError as exc:
+        logger.warning("MCP server %s: tool %r left out, its output schema is not usable: %s", server, tool.name,
+                       exc.message)
+        return False
+    return True
 
 
 def _fit(name: str) -> str:
@@ -106,7 +135,12 @@ def _caller(manager: McpManager, connection: ServerConnection, tool: str, shown_
             raise ToolError(f"{shown_as} did not finish within {wait_s:g} s.") from None
         finally:
             running.discard(future)
-        return to_output(result, shown_as)
+        output = to_output(result, shown_as)
+        # Only an object is kept (what ToolResult.structured holds, and all MCP allowed before 2026-07-28); the
+        # text stands either way, and to_output already shows a structured result that came without any.
+        if isinstance(result.structured_content, dict):
+            output.structured = result.structured_content
+        return output
 
     def cancel() -> None:
         for future in list(running):

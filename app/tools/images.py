@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass
+from typing import ClassVar
 
 import httpx
 
 from app.config import ImageApiSettings
 from app.conversation import Attachment
-from app.tools.registry import ToolError, ToolOutput
+from app.tools.registry import ToolError, ToolHints, ToolOutput
 
 TIMEOUT_S = 120.0
 MAX_IMAGE_BYTES = 20 * 1024 * 1024
@@ -24,6 +25,11 @@ class ImageAPI:
     api_key: str
     model: str
     size: str
+
+    # Each call makes a new picture on the service (spending its quota; some keep it on their storage): it changes
+    # something out there, only ever by adding, and a second call makes another picture.
+    HINTS: ClassVar[ToolHints] = ToolHints(read_only=False, destructive=False, idempotent=False, open_world=True,
+                                           title="Generate an image")
 
     @classmethod
     def from_env(cls) -> ImageAPI | None:

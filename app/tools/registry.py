@@ -2,20 +2,28 @@
 
 Whatever goes wrong in a call (unknown tool, arguments that do not match the schema, an exception, a timeout)
 becomes an error observation for the model to read, never an exception for the caller.
+
+A tool may also say what it does to the world (`ToolHints`, MCP's tool annotations) and declare the JSON Schema of
+a structured result (`output_schema`) that its calls return next to their text (`ToolResult.structured`).
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import math
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, SchemaError
+from jsonschema.protocols import Validator
+from jsonschema.validators import validator_for
+from referencing import Registry
+from referencing.exceptions import Unresolvable
 from transformers.utils import get_json_schema
 
 from app.conversation import Attachment
@@ -29,13 +37,60 @@ class ToolError(Exception):
     """Raised by a tool for a failure the model should read as-is (no traceback, no exception type)."""
 
 
+@dataclass(frozen=True)
+class EffectiveHints:
+    """What a tool is taken to do once MCP's defaults fill in what its hints leave unsaid."""
+
+    read_only: bool
+    destructive: bool
+    idempotent: bool
+    open_world: bool
+
+
+@dataclass(frozen=True)
+class ToolHints:
+    """What a tool says about its effects: MCP's tool annotations. None means "not said", and then MCP's defaults
+    apply (see `effective`): a tool that says nothing may change and destroy things, out in the open world.
+
+    They are hints, as trustworthy as whoever wrote them: the app's own tools are annotated here, an MCP server's
+    tools by that server (`Tool.origin` says which).
+    """
+
+    read_only: bool | None = None  # changes nothing in its environment
+    destructive: bool | None = None  # may delete or overwrite (as opposed to only adding); moot when read-only
+    idempotent: bool | None = None  # a second call with the same arguments changes nothing more; moot when read-only
+    open_world: bool | None = None  # reaches outside entities (the web, an API), not only a closed domain of its own
+    title: str | None = None  # a name for people
+
+    @classmethod
+    def reader(cls, title: str, *, open_world: bool) -> ToolHints:
+        """The hints of a tool that only reads or computes, said in full (for clients that do not know that
+        destructive and idempotent are moot for a read-only tool)."""
+        return cls(read_only=True, destructive=False, idempotent=True, open_world=open_world, title=title)
+
+    @property
+    def effective(self) -> EffectiveHints:
+        """The hints with MCP's defaults for what is not said: not read-only, destructive, not idempotent, open
+        world. A read-only tool is neither destructive nor anything but idempotent, whatever it says about those: a
+        tool that changes nothing cannot destroy anything, nor change anything on a second call."""
+        read_only = bool(self.read_only)
+        return EffectiveHints(
+            read_only=read_only,
+            destructive=False if read_only else self.destructive is not False,
+            idempotent=True if read_only else self.idempotent is True,
+            open_world=self.open_world is not False,
+        )
+
+
 @dataclass
 class ToolOutput:
-    """What a tool may return instead of plain text: text for the model plus images for the user."""
+    """What a tool may return instead of plain text: text for the model plus images for the user, and the result's
+    values as a JSON object (`structured`, matching the tool's output schema) for programs."""
 
     text: str
     attachments: list[Attachment] = field(default_factory=list)
     ok: bool = True  # False: the call ran but failed (e.g. the code raised); the text says how
+    structured: dict[str, Any] | None = None
 
 
 @dataclass
@@ -44,6 +99,7 @@ class ToolResult:
     ok: bool = True
     duration_s: float = 0.0
     attachments: list[Attachment] = field(default_factory=list)
+    structured: dict[str, Any] | None = None  # the same result as a JSON object, where the tool gives one
 
     def for_model(self) -> str:
         if len(self.content) <= MAX_OBSERVATION_CHARS:
@@ -60,6 +116,8 @@ class Tool:
     timeout_s: float = DEFAULT_TIMEOUT_S
     on_cancel: Callable[[], None] | None = None  # stops work a stopped or timed-out call left running
     origin: str = ""  # who provides it, for the user: "" for the app itself, else e.g. "MCP server docs"
+    hints: ToolHints = field(default_factory=ToolHints)
+    output_schema: dict[str, Any] | None = None  # the JSON Schema of ToolResult.structured, where it is declared
 
     @property
     def description(self) -> str:
@@ -148,9 +206,17 @@ class ToolRegistry:
         *,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         on_cancel: Callable[[], None] | None = None,
+        hints: ToolHints | None = None,
+        output_schema: dict[str, Any] | None = None,
     ) -> Tool:
+        """Register a typed, documented function. With `output_schema` (a JSON Schema whose root is an object, as
+        MCP requires before its 2026-07-28 version), the function returns a ToolOutput whose `structured` matches
+        it."""
+        if output_schema is not None:
+            _check_output_schema(output_schema)
         schema = schema_for(function)
-        tool = Tool(schema["function"]["name"], function, schema, timeout_s, on_cancel)
+        tool = Tool(schema["function"]["name"], function, schema, timeout_s, on_cancel, hints=hints or ToolHints(),
+                    output_schema=output_schema)
         if tool.name in self._tools and self._tools[tool.name].function != function:
             raise ValueError(f"a different tool named {tool.name!r} is already registered")
         self._tools[tool.name] = tool
@@ -163,6 +229,8 @@ class ToolRegistry:
                              "not match its schema")
         if not isinstance(tool.parameters, dict):
             raise ValueError(f"the parameters of {tool.name} must be a JSON Schema object")
+        if tool.output_schema is not None and not isinstance(tool.output_schema, dict):
+            raise ValueError(f"the output schema of {tool.name} must be a JSON Schema object")
         if tool.name in self._tools and self._tools[tool.name] != tool:
             raise ValueError(f"a different tool named {tool.name!r} is already registered")
         self._tools[tool.name] = tool
@@ -206,7 +274,13 @@ class ToolRegistry:
             return f"Error: there is no tool named {name!r}. Available tools: {known}."
         if not isinstance(arguments, dict):
             return f"Error: the arguments of {name} must be a JSON object."
-        errors = sorted(Draft202012Validator(tool.parameters).iter_errors(arguments), key=lambda e: list(e.path))
+        # An empty registry: a $ref resolves inside the schema only. A schema from elsewhere (an MCP server) could
+        # otherwise make the app fetch any URL, which jsonschema's default registry does, with only a warning.
+        validator = Draft202012Validator(tool.parameters, registry=Registry())
+        try:
+            errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.path))
+        except Unresolvable as exc:
+            return f"Error: the parameters schema of {name} cannot be used: {exc}."
         if errors:
             details = "; ".join(_describe(error) for error in errors[:5])
             return f"Error: invalid arguments for {name}: {details}."
@@ -226,7 +300,7 @@ class ToolRegistry:
             try:
                 value = tool.function(**arguments)
                 if isinstance(value, ToolOutput):
-                    running._finish(ToolResult(value.text, ok=value.ok, attachments=value.attachments))
+                    running._finish(_result(tool, value))
                 else:
                     running._finish(ToolResult(_as_text(value)))
             except ToolError as exc:
@@ -242,6 +316,53 @@ class ToolRegistry:
         result = self.start(name, arguments).wait()
         assert result is not None
         return result
+
+
+def _result(tool: Tool, output: ToolOutput) -> ToolResult:
+    """A tool's output as its result. A structured result that does not match the tool's output schema is left out
+    and the text says so: the text is the result the model reads, and it stands on its own."""
+    text, structured = output.text, output.structured
+    if structured is not None and tool.output_schema is not None:
+        problem = _structured_problem(tool.output_schema, structured)
+        if problem is not None:
+            text, structured = f"{text}\n[The structured result was left out: {problem}.]", None
+    return ToolResult(text, ok=output.ok, attachments=output.attachments, structured=structured)
+
+
+def output_validator(schema: Mapping[str, Any]) -> Validator:
+    """A validator for a tool's output schema: the draft its $schema names (2020-12 when none, as MCP says), $refs
+    resolved inside the schema only (never fetched). SchemaError when it is not a valid JSON Schema."""
+    cls = validator_for(schema, default=Draft202012Validator)
+    cls.check_schema(schema)
+    return cls(schema, registry=Registry())
+
+
+def _check_output_schema(schema: Any) -> None:
+    if not isinstance(schema, dict) or schema.get("type") != "object":
+        raise ValueError("an output schema must be a JSON Schema whose root has \"type\": \"object\"")
+    try:
+        output_validator(schema)
+    except SchemaError as exc:
+        raise ValueError(f"the output schema is not a valid JSON Schema: {exc.message}") from None
+
+
+def _structured_problem(schema: Mapping[str, Any], structured: Any) -> str | None:
+    """Why `structured` does not match `schema`, or None when it does."""
+    try:
+        errors = sorted(output_validator(schema).iter_errors(structured), key=lambda e: list(e.path))
+    except (SchemaError, Unresolvable) as exc:
+        return f"the tool's output schema cannot be used ({exc})"
+    if errors:
+        return f"it does not match the tool's output schema ({_describe(errors[0])})"
+    return None
+
+
+def json_number(value: object) -> int | float | None:
+    """`value` if it is a number JSON can hold, else None: JSON has no NaN or infinity, and a structured result
+    carries None where its text shows "nan" or "inf"."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return value if isinstance(value, int) or math.isfinite(value) else None
 
 
 def _describe(error: Any) -> str:
@@ -261,11 +382,13 @@ def _as_text(value: Any) -> str:
 default_registry = ToolRegistry()  # filled at import time by the tool modules, read-only afterwards
 
 
-def register_tool(function: Callable[..., Any] | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S):
-    """Decorator: `@register_tool` or `@register_tool(timeout_s=30)` on a typed, documented function."""
+def register_tool(function: Callable[..., Any] | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+                  hints: ToolHints | None = None, output_schema: dict[str, Any] | None = None):
+    """Decorator: `@register_tool` or `@register_tool(timeout_s=30, hints=ToolHints(...), output_schema={...})` on a
+    typed, documented function (see `ToolRegistry.register`)."""
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-        default_registry.register(fn, timeout_s=timeout_s)
+        default_registry.register(fn, timeout_s=timeout_s, hints=hints, output_schema=output_schema)
         return fn
 
     return decorate(function) if function is not None else decorate

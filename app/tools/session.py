@@ -19,7 +19,7 @@ from app.tools.browser import WebBrowser
 from app.tools.documents import DocumentError
 from app.tools.images import ImageAPI
 from app.tools.python import PythonTool
-from app.tools.registry import ToolRegistry
+from app.tools.registry import ToolHints, ToolRegistry
 from app.tools.sandbox import isolation
 from app.tools.sandbox.kernel import KernelSession
 
@@ -70,12 +70,15 @@ class SessionTools:
             python = PythonTool(self.kernel)
             # The registry's limit is the backstop; the kernel interrupts a cell at its own, shorter limit.
             tools.register(python.python, timeout_s=self.kernel.limits.cell_timeout_s + 20,
-                           on_cancel=self.kernel.interrupt)
-        tools.register(self.browser.web_search, timeout_s=30)
-        tools.register(self.browser.open_url, timeout_s=30)
-        tools.register(self.browser.mclick, timeout_s=90)
+                           on_cancel=self.kernel.interrupt, hints=python.hints)
+        # The browser only reads (pages, search results), from the open web.
+        tools.register(self.browser.web_search, timeout_s=30, hints=ToolHints.reader("Web search", open_world=True))
+        tools.register(self.browser.open_url, timeout_s=30,
+                       hints=ToolHints.reader("Open a web page", open_world=True))
+        tools.register(self.browser.mclick, timeout_s=90,
+                       hints=ToolHints.reader("Open search results", open_world=True))
         if self.image_api is not None:
-            tools.register(self.image_api.generate_image, timeout_s=150)
+            tools.register(self.image_api.generate_image, timeout_s=150, hints=ImageAPI.HINTS)
         return tools
 
     def save_upload(self, name: str, data: bytes) -> Path:

@@ -1,7 +1,8 @@
 """get_weather over Open-Meteo's free public API (no key): geocode the city, then read the current weather.
 
 The endpoints can be pointed elsewhere (a mirror, or a local stand-in in tests) with DEMO_WEATHER_GEOCODING_URL
-and DEMO_WEATHER_FORECAST_URL. Offline, the model gets a clear observation instead of an exception.
+and DEMO_WEATHER_FORECAST_URL. Offline, the model gets a clear observation instead of an exception. The reading
+comes back as text and, for programs, structured (WEATHER_SCHEMA).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import httpx
 
 from app.config import WeatherSettings
-from app.tools.registry import ToolError, register_tool
+from app.tools.registry import ToolError, ToolHints, ToolOutput, json_number, register_tool
 
 TIMEOUT_S = 5.0
 _CURRENT = "temperature_2m,apparent_temperature,relative_humidity_2m,wind_speed_10m,weather_code"
@@ -23,9 +24,22 @@ _WMO = {
     96: "thunderstorm with hail", 99: "thunderstorm with heavy hail",
 }
 
+_NUMBER = {"type": ["number", "null"]}  # null: Open-Meteo sent no number
+_MEASUREMENT = {"type": "object", "properties": {"value": _NUMBER, "unit": {"type": "string"}},
+                "required": ["value", "unit"], "additionalProperties": False}
+_FIELDS = {
+    "place": {"type": "string"}, "latitude": _NUMBER, "longitude": _NUMBER,
+    "time": {"type": ["string", "null"], "description": "the reading's local time, as Open-Meteo gives it"},
+    "sky": {"type": "string"}, "weather_code": {"type": ["integer", "null"], "description": "WMO code"},
+    "temperature": _MEASUREMENT, "feels_like": _MEASUREMENT, "humidity": _MEASUREMENT, "wind_speed": _MEASUREMENT,
+}
+WEATHER_SCHEMA = {"type": "object", "properties": _FIELDS, "required": list(_FIELDS), "additionalProperties": False}
 
-@register_tool(timeout_s=15)
-def get_weather(city: str) -> str:
+
+# Read-only, but open-world: it asks Open-Meteo (or the service the environment names) over the internet.
+@register_tool(timeout_s=15, hints=ToolHints.reader("Weather (Open-Meteo)", open_world=True),
+               output_schema=WEATHER_SCHEMA)
+def get_weather(city: str) -> ToolOutput:
     """Get the current weather in a city from the Open-Meteo service (needs internet access).
 
     Args:
@@ -55,12 +69,24 @@ def get_weather(city: str) -> str:
     def value(key: str) -> str:
         return f"{current.get(key)}{units.get(key, '')}"
 
+    def measurement(key: str) -> dict[str, object]:
+        return {"value": json_number(current.get(key)), "unit": str(units.get(key, ""))}
+
     code = current.get("weather_code")
     known = isinstance(code, int | float) and code in _WMO  # Open-Meteo sends an integer; 3.0 finds 3 as well
     sky = _WMO[int(code)] if known else f"weather code {code}"  # type: ignore[arg-type]  # a number: checked above
-    return (f"{where} at {current.get('time', 'now')} (local time): {sky}, {value('temperature_2m')} "
+    text = (f"{where} at {current.get('time', 'now')} (local time): {sky}, {value('temperature_2m')} "
             f"(feels like {value('apparent_temperature')}), humidity {value('relative_humidity_2m')}, "
             f"wind {value('wind_speed_10m')}.")
+    number = json_number(code)
+    when = current.get("time")
+    return ToolOutput(text, structured={
+        "place": where, "latitude": json_number(place.get("latitude")),
+        "longitude": json_number(place.get("longitude")), "time": None if when is None else str(when), "sky": sky,
+        "weather_code": int(number) if number is not None and float(number).is_integer() else None,
+        "temperature": measurement("temperature_2m"), "feels_like": measurement("apparent_temperature"),
+        "humidity": measurement("relative_humidity_2m"), "wind_speed": measurement("wind_speed_10m"),
+    })
 
 
 def _get_json(http: httpx.Client, url: str, params: dict) -> dict:
