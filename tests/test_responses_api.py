@@ -11,6 +11,7 @@ import jsonschema
 import openai
 import pytest
 
+from app.clients.base import Delta
 from app.clients.hf.client import HFClient
 from app.config import ModelSettings, ServerSettings
 from app.server.api import create_app
@@ -277,3 +278,52 @@ def test_the_thought_is_a_reasoning_item_before_the_message(thinker_api):
                                                      message.model_dump(exclude_none=True),
                                                      {"role": "user", "content": "And 3 + 3?"}], temperature=0)
     assert again.status == "completed" and again.output[-1].type == "message"
+
+
+# ----- failures: the backend mid-stream, the database --------------------------------------------------------------
+
+def test_a_backend_failing_mid_stream_fails_the_response_in_the_stream():
+    from tests.fake_client import ScriptedClient
+
+    client = ScriptedClient([[Delta(text="The answer"), RuntimeError("engine crashed")]])
+    with serving(create_app(ServerSettings(), client=client)) as base:
+        sdk = openai.OpenAI(base_url=f"{base}/v1", api_key="none", max_retries=0)
+        with sdk.responses.stream(model="scripted-model", input="Hi", store=False) as stream:
+            events = list(stream)
+    assert [event.type for event in events][-1] == "response.failed"
+    failed = events[-1].response
+    assert failed.status == "failed" and failed.error.message == "Generating the answer failed."
+    assert failed.output[0].content[0].text == "The answer"  # what was written before it failed is not lost
+    assert "engine crashed" not in json.dumps(failed.model_dump())  # the server's internals stay in its log
+
+
+def test_without_its_database_only_stored_responses_are_refused(tmp_path, monkeypatch):
+    from tests.fake_client import ScriptedClient, text_reply
+
+    unreachable = tmp_path / "file-not-folder"
+    unreachable.write_text("")
+    monkeypatch.setenv("DEMO_DATABASE_URL", f"sqlite:///{unreachable}/responses.db")  # its folder is a file
+    client = ScriptedClient([text_reply("Fine.")])
+    with serving(create_app(ServerSettings(), client=client)) as base:
+        sdk = openai.OpenAI(base_url=f"{base}/v1", api_key="none", max_retries=0)
+        with pytest.raises(openai.InternalServerError) as refused:
+            sdk.responses.create(model="scripted-model", input="Hi")
+        assert refused.value.status_code == 503 and "store=false" in refused.value.message
+        assert sdk.responses.create(model="scripted-model", input="Hi", store=False).output_text == "Fine."
+        with pytest.raises(openai.InternalServerError):
+            sdk.responses.retrieve("resp_1")
+
+
+def test_input_items_are_listed_in_pages(sdk, api):
+    items = [{"role": "user", "content": f"Line {number}."} for number in range(5)]
+    response = sdk.responses.create(model=MODEL, input=items, max_output_tokens=2)
+    headers = {"Authorization": "Bearer secret-key"}
+    first = httpx.get(f"{api}/v1/responses/{response.id}/input_items", params={"limit": 2, "order": "asc"},
+                      headers=headers).json()
+    assert [item["content"] for item in first["data"]] == ["Line 0.", "Line 1."] and first["has_more"] is True
+    rest = httpx.get(f"{api}/v1/responses/{response.id}/input_items",
+                     params={"limit": 10, "order": "asc", "after": first["last_id"]}, headers=headers).json()
+    assert [item["content"] for item in rest["data"]] == ["Line 2.", "Line 3.", "Line 4."] and not rest["has_more"]
+    newest = httpx.get(f"{api}/v1/responses/{response.id}/input_items", params={"limit": 1},
+                       headers=headers).json()  # by default newest first, as OpenAI's API lists them
+    assert [item["content"] for item in newest["data"]] == ["Line 4."] and newest["has_more"] is True
