@@ -115,13 +115,15 @@ def test_two_sessions_take_turns_and_each_gets_its_lone_answer(gguf_client):
     assert together == alone and all(alone.values())
 
 
-def test_the_chat_page_runs_on_the_gguf(gguf_client, monkeypatch):
+def test_the_chat_page_runs_on_the_gguf(gguf_client, monkeypatch, tmp_path):
     """The sidebar's llama.cpp inputs and a first answer on the Chat page (AppTest), the GGUF loaded by the page."""
     import streamlit as st
     from streamlit.testing.v1 import AppTest
 
     from tests.helpers import MAIN
 
+    # A database of its own: settings another test's page remembered (a backend) would come back instead.
+    monkeypatch.setenv("DEMO_DATABASE_URL", f"sqlite:///{tmp_path}/conversations.db")
     monkeypatch.setenv("DEMO_BACKEND", "llamacpp")
     monkeypatch.setenv("DEMO_MODEL", "")
     st.cache_resource.clear()
