@@ -112,11 +112,11 @@ def readme_screenshot(page: Any, name: str, full_page: bool = False) -> None:
     (DOCS / name).write_bytes((ARTIFACTS / name).read_bytes())
 
 
-def model_loaded(page: Any, timeout: float = 180_000) -> None:
+def model_loaded(page: Any, timeout: float = 180_000, model: str = "SmolLM2-135M-Instruct") -> None:
     """Wait until the page says which model it loaded (the caption under the title: drawn once the model is
-    loaded, unlike the model picker's label, which names it from the start)."""
-    page.get_by_test_id("stCaptionContainer").filter(has_text="SmolLM2-135M-Instruct").first.wait_for(
-        timeout=timeout)
+    loaded, unlike the model picker's label, which names it from the start; the sidebar's settings name it too,
+    hidden while their section is closed)."""
+    page.get_by_test_id("stCaptionContainer").filter(has_text=model, visible=True).first.wait_for(timeout=timeout)
 
 
 def generation_settings(page: Any) -> Any:

@@ -235,14 +235,14 @@ def test_the_chat_page_shows_the_thought_collapsed_above_the_answer(monkeypatch,
 def test_in_a_real_browser_the_thought_streams_into_its_section_and_opens_on_click(thinker_dir, browser):
     import os
 
-    from tests.helpers import ARTIFACTS, streamlit_app
+    from tests.helpers import ARTIFACTS, model_loaded, streamlit_app
 
     ARTIFACTS.mkdir(exist_ok=True)
     env = {**os.environ, "DEMO_MODEL": str(thinker_dir), "HF_HUB_OFFLINE": "1"}
     with streamlit_app(env, "streamlit-thinking.log") as url:
         page = browser.new_page(viewport={"width": 1280, "height": 720})
         page.goto(url)
-        page.get_by_text("thinker").first.wait_for(timeout=120_000)  # status line: model loaded
+        model_loaded(page, model=thinker_dir.name)
         box = page.get_by_test_id("stChatInputTextArea")
         box.fill("What is 2 + 2?")
         box.press("Enter")
