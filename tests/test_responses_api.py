@@ -217,6 +217,7 @@ def test_namespaced_and_hosted_tools(sdk):
     ({"tools": [{"type": "function", "name": "f", "parameters": {"type": "object", "properties": {"a": 1}}}]},
      "tools.0.parameters", "JSON Schema"),
     ({"frequency_penalty": 0.5}, "frequency_penalty", "Unsupported"),
+    ({"user": 7}, "user", "string"),
     ({"previous_response_id": "resp_missing"}, "previous_response_id", "not found"),
     ({"input": [{"role": "tool", "content": "x"}]}, "input.0.role", "must be"),
     ({"input": ["not an item"]}, "input.0", "JSON object"),
@@ -327,3 +328,45 @@ def test_input_items_are_listed_in_pages(sdk, api):
     newest = httpx.get(f"{api}/v1/responses/{response.id}/input_items", params={"limit": 1},
                        headers=headers).json()  # by default newest first, as OpenAI's API lists them
     assert [item["content"] for item in newest["data"]] == ["Line 4."] and newest["has_more"] is True
+
+
+# ----- what the core receives: a scripted client records it -----------------------------------------------------
+
+def test_items_settings_and_tools_reach_the_core_as_chat(tmp_path):
+    """The request as the one generation path sees it: messages by role (developer as system, a function call on
+    the assistant message, its output as a tool message, a reasoning item as the next assistant's thought), the
+    switched-off thought, the context window as the budget when no max_output_tokens is given, one call at most,
+    and two namespaces' same-named tools told apart."""
+    from app.conversation import ToolCall
+    from tests.fake_client import ScriptedClient, call_reply
+
+    client = ScriptedClient([call_reply(ToolCall("b.search", {"q": "x"}, id="call_9"))])
+    search = {"type": "function", "name": "search", "parameters": {"type": "object", "properties": {
+        "q": {"type": "string"}}}}
+    body = {"model": "scripted-model", "instructions": "Be brief.", "parallel_tool_calls": False, "user": "someone",
+            "reasoning": {"effort": "none"},
+            "tools": [{"type": "namespace", "name": "a", "tools": [search]},
+                      {"type": "namespace", "name": "b", "tools": [search]}, {"type": "web_search"}],
+            "input": [{"role": "developer", "content": [{"type": "input_text", "text": "Rules."},
+                                                         {"type": "input_text", "text": "More rules."}]},
+                      {"role": "user", "content": "Find x."},
+                      {"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": "Hm."}]},
+                      {"type": "function_call", "call_id": "call_1", "name": "search", "namespace": "a",
+                       "arguments": "{\"q\": \"x\"}"},
+                      {"type": "function_call_output", "call_id": "call_1", "output": "nothing"},
+                      {"role": "user", "content": "Try b."}]}
+    with serving(create_app(ServerSettings(), client=client)) as base:
+        answer = httpx.post(f"{base}/v1/responses", json={**body, "store": False}, timeout=30).json()
+    [request] = client.requests
+    assert request.roles == ["system", "system", "user", "assistant", "tool", "user"]
+    assert request.messages[1]["content"] == "Rules.\n\nMore rules."
+    assistant = request.messages[3]
+    assert assistant["tool_calls"][0]["function"]["name"] == "a.search" and assistant.get("reasoning_content") \
+        in (None, "Hm.")  # the thought is kept on the message, never shown to the model again
+    assert request.messages[4] == {"role": "tool", "tool_call_id": "call_1", "content": "nothing"}
+    assert request.params.thinking is False and request.params.max_new_tokens == 4096  # the context window
+    assert request.tools.parallel_calls is False and request.offered_tools == ["a.search", "b.search"]
+    [call] = answer["output"]
+    assert (call["name"], call["namespace"], call["call_id"]) == ("search", "b", "call_9")
+    # The echo keeps the tools OpenAI's types can repeat (these namespaces lack a description).
+    assert [tool["type"] for tool in answer["tools"]] == ["web_search"] and answer["user"] == "someone"

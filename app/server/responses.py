@@ -17,8 +17,8 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, Literal
 
 from fastapi import FastAPI, Query, Request
-from openai.types.responses import Response, ResponseStreamEvent
-from pydantic import BaseModel
+from openai.types.responses import Response, ResponseStreamEvent, Tool
+from pydantic import BaseModel, TypeAdapter, ValidationError
 from sse_starlette import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
 
@@ -264,7 +264,7 @@ def _with_id(item: dict[str, Any]) -> dict[str, Any]:
 
 def _settings(body: rp.ResponsesRequest) -> dict[str, Any]:
     """The Response fields that repeat the request."""
-    return {"instructions": body.instructions, "tools": body.tools or [],
+    return {"instructions": body.instructions, "tools": _echoable(body.tools or []),
             "tool_choice": body.tool_choice or "auto",
             "parallel_tool_calls": body.parallel_tool_calls is not False, "temperature": body.temperature,
             "top_p": body.top_p, "max_output_tokens": body.max_output_tokens,
@@ -272,8 +272,24 @@ def _settings(body: rp.ResponsesRequest) -> dict[str, Any]:
             "text": body.text.model_dump(by_alias=True, exclude_none=True) if body.text
             else {"format": {"type": "text"}},
             "reasoning": body.reasoning.model_dump(exclude_none=True) if body.reasoning else None,
-            "user": body.model_extra.get("user") if body.model_extra else None,
+            "user": body.user,
             "store": body.store}
+
+
+_TOOL = TypeAdapter(Tool)
+
+
+def _echoable(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The request's tools that a Response can repeat: a tool the server took that OpenAI's types do not (a
+    namespace without a description) is left out of the echo rather than failing the answer."""
+    kept = []
+    for tool in tools:
+        try:
+            _TOOL.validate_python(tool)
+        except ValidationError:
+            continue
+        kept.append(tool)
+    return kept
 
 
 def _checked_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

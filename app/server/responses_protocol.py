@@ -23,7 +23,7 @@ from app.generation_defaults import GenerationDefaults
 from app.server.protocol import APIError, FunctionDefinition, parameters_problem, schema_problem
 
 # Fields accepted without effect: they change nothing for one local model, or are bookkeeping a client sends along.
-_HARMLESS_FIELDS = {"user", "service_tier", "prompt_cache_key", "prompt_cache_retention", "safety_identifier",
+_HARMLESS_FIELDS = {"service_tier", "prompt_cache_key", "prompt_cache_retention", "safety_identifier",
                     "client_metadata", "truncation", "stream_options", "max_tool_calls"}
 # Tools that run on OpenAI's servers; a client sends them, this server's model is not offered them.
 HOSTED_TOOLS = {"web_search", "web_search_preview", "web_search_2025_08_26", "web_search_preview_2025_03_11",
@@ -77,6 +77,7 @@ class ResponsesRequest(BaseModel):
     repetition_penalty: float | None = Field(None, gt=0.0, le=5.0)
     seed: int | None = Field(None, ge=_SEED_RANGE[0], le=_SEED_RANGE[1])
     metadata: dict[str, str] | None = None
+    user: str | None = Field(None, max_length=512)
     store: bool = True  # as OpenAI's API: stored unless the client says not to
     stream: bool = False
     include: list[str] | None = None
