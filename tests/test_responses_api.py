@@ -344,7 +344,7 @@ def test_items_settings_and_tools_reach_the_core_as_chat(tmp_path):
     search = {"type": "function", "name": "search", "parameters": {"type": "object", "properties": {
         "q": {"type": "string"}}}}
     body = {"model": "scripted-model", "instructions": "Be brief.", "parallel_tool_calls": False, "user": "someone",
-            "reasoning": {"effort": "none"},
+            "reasoning": {"effort": "none", "generate_summary": 5}, "text": {"verbosity": 5},
             "tools": [{"type": "namespace", "name": "a", "tools": [search]},
                       {"type": "namespace", "name": "b", "tools": [search]}, {"type": "web_search"}],
             "input": [{"role": "developer", "content": [{"type": "input_text", "text": "Rules."},

@@ -269,9 +269,11 @@ def _settings(body: rp.ResponsesRequest) -> dict[str, Any]:
             "parallel_tool_calls": body.parallel_tool_calls is not False, "temperature": body.temperature,
             "top_p": body.top_p, "max_output_tokens": body.max_output_tokens,
             "previous_response_id": body.previous_response_id, "metadata": body.metadata or {},
-            "text": body.text.model_dump(by_alias=True, exclude_none=True) if body.text
-            else {"format": {"type": "text"}},
-            "reasoning": body.reasoning.model_dump(exclude_none=True) if body.reasoning else None,
+            # Only the fields acted on: extras a client adds (verbosity...) could break the Response's types.
+            "text": {"format": body.text.format.model_dump(by_alias=True, exclude_none=True)
+                     if body.text and body.text.format else {"type": "text"}},
+            "reasoning": body.reasoning.model_dump(include={"effort", "summary"}, exclude_none=True)
+            if body.reasoning else None,
             "user": body.user,
             "store": body.store}
 
