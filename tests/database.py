@@ -13,8 +13,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from sqlalchemy import create_engine, make_url, text
+from alembic import command
+from sqlalchemy import Engine, create_engine, make_url, text
 
+from app.storage import sqlite as sqlite_setup
+from app.storage.engine import _json_dumps, database_url
+from app.storage.migrate import alembic_config
 from harness.local_http import free_port
 
 NOT_INSTALLED = ("Debian's postgresql is not installed (apt-get install postgresql): the PostgreSQL variant of the "
@@ -71,3 +75,22 @@ def new_database(admin_url: str) -> str:
     finally:
         admin.dispose()
     return make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+
+
+def engine_at(url: str, revision: str) -> Engine:
+    """An engine on `url` whose schema is at the migration `revision`, set up as open_database sets one up: for
+    tests of the upgrade from there."""
+    target = database_url(url)
+    engine = create_engine(target, json_serializer=_json_dumps)
+    if target.get_backend_name() == "sqlite":
+        sqlite_setup.configure(engine)
+    migrate(engine, "upgrade", revision)
+    return engine
+
+
+def migrate(engine: Engine, direction: str, revision: str) -> None:
+    """Alembic's `upgrade` or `downgrade` of `engine`'s schema to `revision`."""
+    config = alembic_config()
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        getattr(command, direction)(config, revision)

@@ -36,6 +36,13 @@ def collect(client: Client, messages: list[dict[str, Any]], params: GenerationPa
     return "".join(d.text for d in deltas), deltas
 
 
+def complete(client: Client, prompt: str | list[int], params: GenerationParams, suffix: str | None = None,
+             cancel: threading.Event | None = None) -> tuple[str, list[Delta]]:
+    """A raw completion (`Client.complete`) to the end: its whole text and every delta."""
+    deltas = list(client.complete(prompt, params, cancel or threading.Event(), suffix))
+    return "".join(d.text for d in deltas), deltas
+
+
 def at_once(threads: int, work: Callable[[int], None], timeout_s: float = 120) -> list[BaseException]:
     """Run `work(worker)` on `threads` threads released together by a barrier; what each raised, for the caller to
     assert empty."""

@@ -9,18 +9,16 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
-from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Engine, create_engine, insert, inspect
+from sqlalchemy import insert, inspect
 
 from app.conversation import Message
 from app.storage import ConversationStore, open_database
-from app.storage import sqlite as sqlite_setup
-from app.storage.engine import _json_dumps, database_url
-from app.storage.migrate import alembic_config, current_revision, head_revision, upgrade_to_head
+from app.storage.migrate import current_revision, head_revision, upgrade_to_head
 from app.storage.models import TRIGRAM_INDEX, Base, PreferencesRow
 from app.storage.schema import PreferencesRecord
+from tests.database import engine_at, migrate
 from tests.helpers import at_once
 
 EVERY_PREFERENCE = {"backend": "hf", "system_prompt": "Be brief.", "temperature": 0.2, "top_p": 0.95, "top_k": 40,
@@ -95,25 +93,8 @@ def test_many_threads_saving_preferences_at_once_all_succeed(store):
 
 # ----- the migration -----------------------------------------------------------------------------------------------
 
-def _engine_at(url: str, revision: str) -> Engine:
-    """An engine on `url` whose schema is at `revision`, set up as open_database sets one up."""
-    target = database_url(url)
-    engine = create_engine(target, json_serializer=_json_dumps)
-    if target.get_backend_name() == "sqlite":
-        sqlite_setup.configure(engine)
-    _migrate(engine, "upgrade", revision)
-    return engine
-
-
-def _migrate(engine: Engine, direction: str, revision: str) -> None:
-    config = alembic_config()
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        getattr(command, direction)(config, revision)
-
-
 def test_upgrading_from_0001_keeps_the_conversations_and_adds_preferences(database_url):
-    engine = _engine_at(database_url, "0001")
+    engine = engine_at(database_url, "0001")
     try:
         assert "preferences" not in inspect(engine).get_table_names()
         store = ConversationStore(engine)
@@ -132,7 +113,7 @@ def test_upgrading_from_0001_keeps_the_conversations_and_adds_preferences(databa
         store.set_preferences("alice", {"temperature": 0.3})
         assert store.get_preferences("alice") == {"temperature": 0.3}
 
-        _migrate(engine, "downgrade", "0001")  # and back: the preferences go, the conversations stay
+        migrate(engine, "downgrade", "0001")  # and back: the preferences go, the conversations stay
         assert "preferences" not in inspect(engine).get_table_names()
         assert len(store.get("alice", kept).messages) == 2
         upgrade_to_head(engine)

@@ -14,11 +14,10 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from openai.types.responses import Response
-from sqlalchemy import Engine, create_engine, event, func, insert, inspect, select
+from sqlalchemy import Engine, event, func, insert, inspect, select
 from sqlalchemy.exc import OperationalError
 
 from app.config import ResponseStoreSettings
@@ -33,10 +32,9 @@ from app.storage import (
     open_database,
 )
 from app.storage import responses as responses_module
-from app.storage import sqlite as sqlite_setup
-from app.storage.engine import _json_dumps, database_url
-from app.storage.migrate import alembic_config, current_revision, head_revision, upgrade_to_head
+from app.storage.migrate import current_revision, head_revision, upgrade_to_head
 from app.storage.models import TRIGRAM_INDEX, ApiResponseRow, Base
+from tests.database import engine_at, migrate
 from tests.helpers import at_once
 
 ALICE, BOB = "a" * 64, "b" * 64  # owners as the endpoint makes them: SHA-256 hex of an API key
@@ -359,25 +357,8 @@ def test_two_threads_saving_chains_at_once_lose_nothing(engine):
 
 # ----- the migration -----------------------------------------------------------------------------------------------
 
-def _engine_at(url: str, revision: str) -> Engine:
-    """An engine on `url` whose schema is at `revision`, set up as open_database sets one up."""
-    target = database_url(url)
-    engine = create_engine(target, json_serializer=_json_dumps)
-    if target.get_backend_name() == "sqlite":
-        sqlite_setup.configure(engine)
-    _migrate(engine, "upgrade", revision)
-    return engine
-
-
-def _migrate(engine: Engine, direction: str, revision: str) -> None:
-    config = alembic_config()
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        getattr(command, direction)(config, revision)
-
-
 def test_upgrading_from_0002_adds_api_responses_and_downgrading_removes_only_them(database_url):
-    engine = _engine_at(database_url, "0002")
+    engine = engine_at(database_url, "0002")
     try:
         assert "api_responses" not in inspect(engine).get_table_names()
         conversations = ConversationStore(engine)
@@ -397,7 +378,7 @@ def test_upgrading_from_0002_adds_api_responses_and_downgrading_removes_only_the
         save_chain(store, ALICE, ["resp_1", "resp_2"])
         assert store.history(ALICE, "resp_2") == expected_history(["resp_1", "resp_2"])
 
-        _migrate(engine, "downgrade", "0002")
+        migrate(engine, "downgrade", "0002")
         with engine.connect() as connection:
             assert current_revision(connection) == "0002"
         assert "api_responses" not in inspect(engine).get_table_names()

@@ -9,13 +9,9 @@ import threading
 import pytest
 
 from app.clients.base import ClientError, GenerationParams
+from tests.helpers import complete
 
 PARIS = "The capital of France is"
-
-
-def complete(client, prompt, params, suffix=None, cancel=None):
-    deltas = list(client.complete(prompt, params, cancel or threading.Event(), suffix))
-    return "".join(d.text for d in deltas), deltas
 
 
 def test_a_text_prompt_is_continued_raw_and_its_ids_alike(vllm_smol):

@@ -6,8 +6,9 @@ from __future__ import annotations
 import functools
 import json
 from pathlib import Path
+from typing import Any, cast
 
-from sqlalchemy import URL, Engine, create_engine, make_url
+from sqlalchemy import URL, CursorResult, Engine, Result, create_engine, make_url
 from sqlalchemy.exc import SQLAlchemyError
 
 from app.config import DatabaseSettings
@@ -46,3 +47,9 @@ def database_url(url: str) -> URL:
     if target.drivername in ("postgres", "postgresql"):
         target = target.set(drivername="postgresql+psycopg")
     return target
+
+
+def rowcount(result: Result[Any]) -> int:
+    """The rows an UPDATE or DELETE matched. Its result is a CursorResult, which Session.execute's type leaves
+    out."""
+    return cast(CursorResult[Any], result).rowcount

@@ -3,6 +3,11 @@ wrapped in one too, so a page can show "not saved" without knowing SQLAlchemy.""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlalchemy.exc import SQLAlchemyError
+
 from app.storage.records import StoredConversation
 
 
@@ -40,3 +45,12 @@ class VersionConflict(StorageError):
 
 class ImportRejected(StorageError):
     """An imported file is not a conversation export; the message says what is wrong and where."""
+
+
+@contextmanager
+def database_errors() -> Iterator[None]:
+    """Database driver errors inside, as StorageError."""
+    try:
+        yield
+    except SQLAlchemyError as exc:
+        raise StorageError(f"database error: {getattr(exc, 'orig', None) or exc}") from exc

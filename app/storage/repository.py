@@ -11,14 +11,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
 from pydantic import ValidationError
 from sqlalchemy import (
     ColumnElement,
-    CursorResult,
     Engine,
-    Result,
     case,
     delete,
     exists,
@@ -30,12 +28,17 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.conversation import Message
 from app.storage import codec, transfer
-from app.storage.errors import ConversationNotFound, StorageError, UnreadableConversation, VersionConflict
+from app.storage.engine import rowcount
+from app.storage.errors import (
+    ConversationNotFound,
+    UnreadableConversation,
+    VersionConflict,
+    database_errors,
+)
 from app.storage.models import ConversationRow as C
 from app.storage.models import MessageRow as M
 from app.storage.models import PreferencesRow as P
@@ -117,14 +120,14 @@ class ConversationStore:
         slider moved in one tab must not make another tab's edit fail, nor reorder the history."""
         values = _json_object(settings)
         with self._writing() as session:
-            if _rowcount(session.execute(update(C).where(C.id == id, C.owner == owner).values(settings=values)
+            if rowcount(session.execute(update(C).where(C.id == id, C.owner == owner).values(settings=values)
                                          .execution_options(synchronize_session=False))) == 0:
                 raise ConversationNotFound(id)
 
     def delete(self, owner: str, id: str) -> None:
         """Delete the conversation and its messages for good."""
         with self._writing() as session:
-            if _rowcount(session.execute(delete(C).where(C.id == id, C.owner == owner)
+            if rowcount(session.execute(delete(C).where(C.id == id, C.owner == owner)
                                          .execution_options(synchronize_session=False))) == 0:
                 raise ConversationNotFound(id)
 
@@ -249,7 +252,7 @@ class ConversationStore:
     def _reading(self) -> Iterator[Session]:
         """One snapshot for all reads inside: a conversation's row and its messages agree. (SQLite's transactions
         are snapshots already; PostgreSQL's default, READ COMMITTED, takes one per statement.)"""
-        with _database_errors(), self._sessions() as session:
+        with database_errors(), self._sessions() as session:
             if self.engine.dialect.name == "postgresql":
                 session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
             yield session
@@ -257,7 +260,7 @@ class ConversationStore:
     @contextmanager
     def _writing(self) -> Iterator[Session]:
         """One transaction, committed at the end, rolled back on any exception."""
-        with _database_errors(), self._sessions.begin() as session:
+        with database_errors(), self._sessions.begin() as session:
             session.connection(execution_options=WRITE)
             yield session
 
@@ -290,10 +293,6 @@ def _as_json(payload: str) -> Any:
         return payload
 
 
-def _rowcount(result: Result[Any]) -> int:
-    """The rows an UPDATE or DELETE matched. Its result is a CursorResult, which Session.execute's type leaves out."""
-    return cast(CursorResult[Any], result).rowcount
-
 
 def _shown_count() -> ColumnElement[int]:
     """The number of shown messages of the conversation in the enclosing query."""
@@ -301,12 +300,6 @@ def _shown_count() -> ColumnElement[int]:
             .correlate(C).scalar_subquery())
 
 
-@contextmanager
-def _database_errors() -> Iterator[None]:
-    try:
-        yield
-    except SQLAlchemyError as exc:
-        raise StorageError(f"database error: {getattr(exc, 'orig', None) or exc}") from exc
 
 
 def _now() -> datetime:

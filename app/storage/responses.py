@@ -16,14 +16,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, CursorResult, Engine, Result, delete, false, insert, literal_column, select, true
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy import ColumnElement, Engine, delete, false, insert, literal_column, select, true
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import ResponseStoreSettings
-from app.storage.errors import StorageError
+from app.storage.engine import rowcount
+from app.storage.errors import StorageError, database_errors
 from app.storage.models import ApiResponseRow as R
 from app.storage.sqlite import WRITE
 
@@ -123,7 +123,7 @@ class ResponseStore:
         with self._writing() as session:
             result = session.execute(delete(R).where(R.id == response_id, *self._visible(owner))
                                      .execution_options(synchronize_session=False))
-            return _rowcount(result) > 0
+            return rowcount(result) > 0
 
     def history(self, owner: str, response_id: str) -> list[dict[str, Any]]:
         """What a follow-up with previous_response_id=response_id continues from: for each response of the chain
@@ -183,7 +183,7 @@ class ResponseStore:
         """Delete the responses older than the retention (every one when the store is not enabled), of every
         owner; returns how many."""
         with self._writing() as session:
-            return _rowcount(session.execute(delete(R).where(self._expired())
+            return rowcount(session.execute(delete(R).where(self._expired())
                                              .execution_options(synchronize_session=False)))
 
     # ----- helpers ----------------------------------------------------------------------------------------------
@@ -227,14 +227,14 @@ class ResponseStore:
     @contextmanager
     def _reading(self) -> Iterator[Session]:
         # Each read is one statement, which sees one snapshot on every backend: no REPEATABLE READ needed.
-        with _database_errors(), self._sessions() as session:
+        with database_errors(), self._sessions() as session:
             yield session
 
     @contextmanager
     def _writing(self) -> Iterator[Session]:
         """One transaction, committed at the end, rolled back on any exception; on SQLite it takes the write lock
         first (BEGIN IMMEDIATE, app/storage/sqlite.py)."""
-        with _database_errors(), self._sessions.begin() as session:
+        with database_errors(), self._sessions.begin() as session:
             session.connection(execution_options=WRITE)
             yield session
 
@@ -254,15 +254,4 @@ def _created_at(response: dict[str, Any]) -> datetime:
         raise ValueError(f'response["created_at"] is not a usable time: {exc}') from exc
 
 
-def _rowcount(result: Result[Any]) -> int:
-    """The rows a DELETE matched. Its result is a CursorResult, which Session.execute's type leaves out."""
-    return cast(CursorResult[Any], result).rowcount
 
-
-@contextmanager
-def _database_errors() -> Iterator[None]:
-    """Driver errors as StorageError, worded as app/storage/repository.py words them."""
-    try:
-        yield
-    except SQLAlchemyError as exc:
-        raise StorageError(f"database error: {getattr(exc, 'orig', None) or exc}") from exc
