@@ -4,19 +4,27 @@ With tools, a turn is a loop: generate → parse → validate → run the tool �
 for at most `max_rounds` generations. Every generation and every tool result is recorded in the conversation
 as it happens, also when the consumer stops reading (Stop button, closed tab): closing the event generator
 cancels the running generation or abandons the running tool call, and keeps what happened so far.
+
+Each tool has a run policy (`ToolSettings.policies`, app/tools/policy.py). A "never" tool is not offered to the
+model. When an answer calls an "ask" tool, none of its calls runs: the turn yields ApprovalNeeded and ends, the
+answer's calls unanswered in the conversation. That is the whole pending state (`pending_calls`), saved with the
+conversation like any message; `resume_turn` answers the calls as the user decided and goes on with the same loop.
 """
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from contextlib import closing
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
 
 from app.chat_format import ImagePolicy, process_input
 from app.clients.base import Client, ClientError, GenerationParams, ToolRequest
 from app.conversation import AnswerMetrics, CallFragment, Conversation, Message, PartialCalls, ToolCall
+from app.tools.policy import RunPolicy
 from app.tools.registry import ToolRegistry, ToolResult
 
 DEFAULT_MAX_ROUNDS = 4
@@ -79,6 +87,15 @@ class TurnError:
 
 
 @dataclass
+class ApprovalNeeded:
+    """The answer just done calls tools the user decides on (policy "ask"): these calls. None of the answer's calls
+    has run, those that need no asking included (results stay in the order of the calls); the turn ends next
+    (TurnDone) with them all unanswered, until `resume_turn`."""
+
+    calls: list[ToolCall]
+
+
+@dataclass
 class TurnDone:
     message: Message  # the last assistant message of the turn
 
@@ -86,7 +103,9 @@ class TurnDone:
 # Everything a turn yields. A UI matches on it exhaustively (app/ui/live_turn.py), so a new event type is a type
 # error there until it is drawn.
 TurnEvent = (TextDelta | ThinkingDelta | Waiting | ToolCallWriting | Notice | AnswerDone | ToolCallStarted
-             | ToolCallFinished | TurnError | TurnDone)
+             | ToolCallFinished | ApprovalNeeded | TurnError | TurnDone)
+
+DECLINED = "The user declined to run this call."
 
 
 @dataclass(frozen=True)
@@ -96,15 +115,52 @@ class ToolSettings:
     dialect: str | None = None
     max_rounds: int = DEFAULT_MAX_ROUNDS
     follow_up: str = "auto"  # the choice after tool results: "none" for models that cannot call tools themselves
+    # Each tool's run policy by registry name, as app/tools/policy.py's policy_for resolves it; a tool not named
+    # here runs ("auto"), as every tool did before policies. Left out of the hash: a mapping has none.
+    policies: Mapping[str, RunPolicy] = field(default_factory=dict, hash=False)
+
+    def policy(self, name: str) -> RunPolicy:
+        return self.policies.get(name, "auto")
+
+    @property
+    def offered(self) -> ToolRegistry:
+        """The tools the model is offered and whose calls may run: all but the "never" ones. A call to one of those
+        (a model may copy a name from earlier in the conversation) is answered as a call to a tool that does not
+        exist."""
+        return self.registry.subset(name for name in self.registry.names if self.policy(name) != "never")
+
+    def needs_approval(self, calls: Sequence[ToolCall]) -> list[ToolCall]:
+        """The calls the user decides on before they run: those of offered tools whose policy is "ask"."""
+        offered = self.offered
+        return [call for call in calls if call.name in offered and self.policy(call.name) == "ask"]
 
     def request(self, round_index: int) -> ToolRequest:
         # A forced choice holds for the first generation only, then the model may answer from the result
         # (otherwise "required" would call tools forever); the last allowed round must answer in words.
+        offered = self.offered
         if round_index + 1 >= self.max_rounds:
             choice = "none"
         else:
             choice = self.choice if round_index == 0 else self.follow_up
-        return ToolRequest(tools=tuple(self.registry.schemas()), choice=choice, dialect=self.dialect)
+        if choice not in ("auto", "none", "required") and choice not in offered:
+            choice = "auto"  # the forced tool is one that never runs: the user's "never" wins over the choice
+        return ToolRequest(tools=tuple(offered.schemas()), choice=choice, dialect=self.dialect)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The user's decision on a call that waits (`resume_turn`): run it, with `arguments` in place of the model's
+    when given (edited; checked against the tool's schema first), or deny it, saying why in `reason` if they like."""
+
+    action: Literal["run", "deny"]
+    arguments: dict[str, Any] | None = None  # "run" only: the edited arguments; None runs the model's own
+    reason: str = ""  # "deny" only: shown to the model after DECLINED
+
+    def __post_init__(self) -> None:
+        if self.action not in ("run", "deny"):
+            raise ValueError(f"a decision is 'run' or 'deny', not {self.action!r}")
+        if self.action == "deny" and self.arguments is not None:
+            raise ValueError("a denied call runs with no arguments: give arguments with 'run' only")
 
 
 def run_turn(
@@ -118,23 +174,167 @@ def run_turn(
 ) -> Generator[TurnEvent, None, None]:
     """Answer the conversation's last message, calling tools as the model asks; record everything in it.
     `images`: which pictures the prompts show (capped at what the client takes; tool images only to a model that
-    may see them)."""
-    cancel = cancel or threading.Event()
-    images = _image_policy(client, images or ImagePolicy())
+    may see them). An answer that calls an "ask" tool ends the turn with ApprovalNeeded, then TurnDone."""
+    turn = _Turn(client, conversation, params, system_prompt, cancel or threading.Event(), tools,
+                 _image_policy(client, images or ImagePolicy()))
+    yield from _loop(turn, rounds_used=0)
+
+
+def pending_calls(conversation: Conversation) -> list[ToolCall]:
+    """The calls waiting for the user: those of the conversation's last assistant message that no tool message
+    answers yet (the message's own ToolCall objects, in order). Empty when the conversation goes on after it (a user
+    message), when that answer failed or was stopped, or when one of its calls was stopped (the user stopped the
+    turn). Besides a turn that paused for approval (ApprovalNeeded), a turn left right after an answer with calls
+    (before its first call started) leaves them waiting too; `resume_turn` answers either."""
+    return _waiting(conversation)[1]
+
+
+def resume_turn(
+    client: Client,
+    conversation: Conversation,
+    params: GenerationParams,
+    system_prompt: str,
+    cancel: threading.Event | None,
+    tools: ToolSettings,
+    images: ImagePolicy | None,
+    decisions: Mapping[str, Decision],
+) -> Generator[TurnEvent, None, None]:
+    """Go on with a turn whose calls wait (`pending_calls`): answer each in order as `decisions` (by call id) says,
+    then continue exactly as run_turn does after tool results, within the same `max_rounds` (the generations since
+    the last user message count), asking again if the model calls an "ask" tool again.
+
+    A call that runs with edited arguments keeps the model's in `ToolCall.edited_from`, and the answer's call holds
+    the arguments that ran, which the model reads. A denied call is answered DECLINED (": reason" when given), with
+    tool_status "denied"; it is reported as any call is (ToolCallStarted, ToolCallFinished with a failed result).
+
+    Checked at once, before anything is recorded or run, so that a UI can show why and keep its cards: ValueError
+    when nothing waits, when a call that needs approval (`ToolSettings.needs_approval`) has no decision, when a
+    decision names no waiting call, when a call of a "never" tool is to run, or when edited arguments do not match
+    the tool's schema (the registry's message). Calls that need no approval run as they are unless decided
+    otherwise."""
+    answer, waiting = _waiting(conversation)
+    if answer is None or not waiting:
+        raise ValueError("no tool calls are waiting for a decision")
+    _check_decisions(waiting, decisions, tools)
+    turn = _Turn(client, conversation, params, system_prompt, cancel or threading.Event(), tools,
+                 _image_policy(client, images or ImagePolicy()))
+    return _loop(turn, _rounds_used(conversation), resumed=(answer, waiting, dict(decisions)))
+
+
+def _waiting(conversation: Conversation) -> tuple[Message | None, list[ToolCall]]:
+    """The last assistant message and its calls that wait (see pending_calls); (None, []) when nothing waits."""
+    answered: set[str | None] = set()
+    for message in reversed(conversation.messages):
+        if message.role == "tool":
+            if message.tool_status == "stopped":
+                break
+            answered.add(message.tool_call_id)
+            continue
+        if message.role == "assistant" and not message.error and not message.stopped:
+            waiting = [call for call in message.tool_calls if call.id not in answered]
+            return (message, waiting) if waiting else (None, [])
+        break
+    return None, []
+
+
+@dataclass(frozen=True)
+class _Turn:
+    """What every step of one turn works with."""
+
+    client: Client
+    conversation: Conversation
+    params: GenerationParams
+    system_prompt: str
+    cancel: threading.Event
+    tools: ToolSettings | None
+    images: ImagePolicy
+
+
+def _loop(
+    turn: _Turn, rounds_used: int, resumed: tuple[Message, list[ToolCall], dict[str, Decision]] | None = None
+) -> Generator[TurnEvent, None, None]:
+    """The tool loop, from generation `rounds_used` on (0 for a new turn). `resumed`: the answer whose calls wait,
+    those calls and the user's decisions on them, answered before anything is generated."""
+    tools = turn.tools
     rounds = max(1, tools.max_rounds) if tools else 1
-    answer = Message(role="assistant")
-    for round_index in range(rounds):
-        request = tools.request(round_index) if tools and len(tools.registry.names) else None
-        answer = yield from _generate(client, conversation, params, system_prompt, cancel, request, images)
-        if answer.error or answer.stopped or not answer.tool_calls or tools is None:
-            break
-        for call in answer.tool_calls:
-            yield ToolCallStarted(call)
-            message = yield from _run_tool(tools.registry, conversation, call, cancel)
+    offered = tools.offered if tools else ToolRegistry()
+    round_index = rounds_used
+    answer, calls, decisions = resumed or (Message(role="assistant"), [], {})
+    while True:
+        if not calls:
+            if round_index >= rounds:
+                break
+            request = tools.request(round_index) if tools and offered.names else None
+            answer = yield from _generate(turn.client, turn.conversation, turn.params, turn.system_prompt,
+                                          turn.cancel, request, turn.images)
+            round_index += 1
+            if answer.error or answer.stopped or not answer.tool_calls or tools is None:
+                break
+            asking = tools.needs_approval(answer.tool_calls)
+            if asking:
+                yield ApprovalNeeded(asking)
+                break
+            calls = answer.tool_calls
+        for call in calls:
+            message = yield from _answer_call(offered, turn.conversation, call, decisions.get(call.id), turn.cancel)
             if message.tool_status == "stopped":
                 yield TurnDone(answer)
                 return
+        calls, decisions = [], {}
     yield TurnDone(answer)
+
+
+def _answer_call(registry: ToolRegistry, conversation: Conversation, call: ToolCall, decision: Decision | None,
+                 cancel: threading.Event) -> Generator[TurnEvent, None, Message]:
+    """Run one call (with the user's edit, if any) or record that the user declined it; returns its tool message."""
+    if decision is not None and decision.action == "deny":
+        yield ToolCallStarted(call)
+        reason = decision.reason.strip()
+        text = f"{DECLINED.removesuffix('.')}: {reason}" if reason else DECLINED
+        message = conversation.add(Message(role="tool", content=text, tool_call_id=call.id, name=call.name,
+                                           tool_status="denied"))
+        yield ToolCallFinished(call, ToolResult(text, ok=False), message)
+        return message
+    if decision is not None and decision.arguments is not None and decision.arguments != call.arguments:
+        # The answer's call is changed in place: what ran is what the model reads, the model's own kept beside it.
+        call.edited_from, call.arguments = call.arguments, copy.deepcopy(decision.arguments)
+    yield ToolCallStarted(call)
+    return (yield from _run_tool(registry, conversation, call, cancel))
+
+
+def _check_decisions(waiting: list[ToolCall], decisions: Mapping[str, Decision], tools: ToolSettings) -> None:
+    ids = {call.id for call in waiting}
+    for call_id in decisions:
+        if call_id not in ids:
+            raise ValueError(f"no waiting tool call has the id {call_id!r}")
+    asking = {call.id for call in tools.needs_approval(waiting)}
+    for call in waiting:
+        decision = decisions.get(call.id)
+        if decision is None:
+            if call.id in asking:
+                raise ValueError(f"the call to {call.name} ({call.id}) needs a decision: run or deny")
+            continue
+        if decision.action != "run":
+            continue
+        if call.name in tools.registry and tools.policy(call.name) == "never":
+            raise ValueError(f"{call.name} is set never to run: deny the call, or change the tool's setting first")
+        if decision.arguments is not None:
+            problem = tools.registry.validation_error(call.name, decision.arguments)
+            if problem is not None:
+                raise ValueError(problem)
+
+
+def _rounds_used(conversation: Conversation) -> int:
+    """The generations of the turn so far: the answers with calls since the last user message (the turn's own, which
+    only tool messages come between)."""
+    used = 0
+    for message in reversed(conversation.messages):
+        if message.role == "tool":
+            continue
+        if message.role != "assistant" or not message.tool_calls:
+            break
+        used += 1
+    return used
 
 
 def _generate(

@@ -22,7 +22,7 @@ ImageFetcher = Callable[[str], bytes]
 Role = Literal["system", "user", "assistant", "tool"]
 ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
 FinishReason = Literal["stop", "length", "cancelled", "tool_calls", "error"]
-ToolStatus = Literal["ok", "failed", "stopped"]
+ToolStatus = Literal["ok", "failed", "stopped", "denied"]  # denied: the user declined to run the call
 
 
 def new_call_id() -> str:
@@ -31,11 +31,15 @@ def new_call_id() -> str:
 
 @dataclass
 class ToolCall:
-    """A function call requested by the model; `arguments` is the decoded JSON object."""
+    """A function call requested by the model; `arguments` is the decoded JSON object.
+
+    `edited_from`: the model's own arguments when the user changed them before the call ran (app/agent.py:
+    resume_turn); `arguments` then holds what ran, which is what the model is shown. Never sent to a model."""
 
     name: str
     arguments: dict[str, Any]
     id: str = field(default_factory=new_call_id)
+    edited_from: dict[str, Any] | None = None
 
     def to_openai(self) -> dict[str, Any]:
         return {

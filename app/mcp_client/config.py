@@ -5,6 +5,13 @@
 
 checked strictly: a typo or a value of the wrong type is an McpConfigError that names the server and the field.
 `${NAME}` in env and header values is replaced by the environment variable NAME, so secrets can stay out of the file.
+
+Either kind of entry may also say whether its tools' calls run as the model makes them (app/tools/policy.py):
+
+    "policy": "auto" | "ask" | "never",                    (the default for all of this server's tools)
+    "tools": {"a_tool": "auto" | "ask" | "never", ...}     (per tool, by the server's own tool name)
+
+The user's own choice for a tool overrides both; `policy_defaults` hands them to app/tools/policy.py.
 """
 
 from __future__ import annotations
@@ -12,11 +19,14 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from app.tools.policy import PolicyDefaults, RunPolicy, ServerPolicies
 
 SERVER_NAME = re.compile(r"^[A-Za-z0-9_-]{1,40}$")  # names prefix tool names, which allow only these
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -30,7 +40,21 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
-class StdioServer(_Strict):
+class _Server(_Strict):
+    """What every kind of server entry may say: the run policies of its tools, as the administrator sets them."""
+
+    policy: RunPolicy | None = None
+    tools: dict[str, RunPolicy] = {}
+
+    @field_validator("tools")
+    @classmethod
+    def _named_tools(cls, tools: dict[str, RunPolicy]) -> dict[str, RunPolicy]:
+        if "" in tools:
+            raise ValueError("a tool's name must not be empty")
+        return tools
+
+
+class StdioServer(_Server):
     """A server the app starts as a subprocess and talks to over its stdin and stdout."""
 
     type: Literal["stdio"] = "stdio"
@@ -40,7 +64,7 @@ class StdioServer(_Strict):
     cwd: str | None = None
 
 
-class HttpServer(_Strict):
+class HttpServer(_Server):
     """A server reached over Streamable HTTP."""
 
     type: Literal["http", "streamable-http", "streamableHttp"] = "http"
@@ -103,6 +127,13 @@ def parse_server(name: str, entry: Any, where: str = "mcp.json") -> ServerSpec:
     if isinstance(spec, StdioServer):
         return spec.model_copy(update={"env": _expand(spec.env, f"{prefix}: env")})
     return spec.model_copy(update={"headers": _expand(spec.headers, f"{prefix}: headers")})
+
+
+def policy_defaults(servers: Mapping[str, ServerSpec]) -> PolicyDefaults:
+    """The run policies the administrator set for the servers' tools (those of `load_config`), for
+    app/tools/policy.py's policy_for. Servers that set none are left out."""
+    return PolicyDefaults({name: ServerPolicies(spec.policy, dict(spec.tools)) for name, spec in servers.items()
+                           if spec.policy is not None or spec.tools})
 
 
 def bearer_server(url: str, token: str = "") -> HttpServer:

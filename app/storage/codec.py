@@ -65,9 +65,9 @@ _HEADINGS = {"system": "System", "user": "User", "assistant": "Assistant", "tool
 
 
 def conversation_to_markdown(title: str, messages: Iterable[Message]) -> str:
-    """A readable export: a heading per message, tool calls as fenced JSON, tool output fenced, images inline as
-    data URIs, documents' text fenced, a reasoning model's thought fenced above its answer, answer metrics and errors
-    under the answer."""
+    """A readable export: a heading per message, tool calls as fenced JSON (with the model's own arguments where the
+    user edited them), tool output fenced, images inline as data URIs, documents' text fenced, a reasoning model's
+    thought fenced above its answer, answer metrics and errors under the answer."""
     blocks = [f"# {_escape_line(title) or 'Conversation'}"]
     for message in messages:
         blocks.extend(_message_blocks(message))
@@ -95,6 +95,9 @@ def _message_blocks(message: Message) -> list[str]:
         arguments = json.dumps(call.arguments, ensure_ascii=False, indent=2)
         blocks.append(f"**Tool call** `{_escape_line(call.name)}` ({_escape_line(call.id)})\n\n"
                       + _fenced(arguments, "json"))
+        if call.edited_from is not None:
+            written = json.dumps(call.edited_from, ensure_ascii=False, indent=2)
+            blocks.append("Edited by the user before it ran; the model wrote:\n\n" + _fenced(written, "json"))
     for attachment in message.attachments:
         name = _escape_line(attachment.name)
         note = f" ({_escape_line(attachment.note)})" if attachment.note else ""

@@ -5,14 +5,15 @@ A message record is a JSON object; fields at their default are left out when wri
 
     {"role": "user" | "assistant" | "tool" | "system",
      "content": str,
-     "tool_calls": [{"id": str, "name": str, "arguments": {...}}],
+     "tool_calls": [{"id": str, "name": str, "arguments": {...},
+                     "edited_from": {...}}],               # the model's arguments, where the user edited them
      "tool_call_id": str, "name": str,                     # tool results
      "metrics": {"prompt_tokens": int, "completion_tokens": int, "time_to_first_token_s": float | null,
                  "tokens_per_second": float | null, "total_time_s": float,
                  "finish_reason": "stop" | "length" | "cancelled" | "tool_calls" | "error" | null,
                  "dropped_messages": int, "thinking_tokens": int, "thinking_time_s": float | null,
                  "cached_tokens": int},
-     "error": str, "tool_status": "ok" | "failed" | "stopped", "duration_s": float, "display_text": str,
+     "error": str, "tool_status": "ok" | "failed" | "stopped" | "denied", "duration_s": float, "display_text": str,
      "attachments": [{"kind": "image" | "document", "name": str, "note": str, "text": str,
                       "data": standard base64 of the bytes}],
      "thinking": str,                                        # a reasoning model's thought
@@ -130,6 +131,7 @@ class ToolCallRecord(Record):
     id: str
     name: str = Field(min_length=1)
     arguments: dict[str, Any] = Field(default_factory=dict)
+    edited_from: dict[str, Any] | None = None  # optional: records written before calls could be edited have none
 
 
 class MetricsRecord(Record):
@@ -161,7 +163,7 @@ class MessageRecord(Record):
     name: str | None = None
     metrics: MetricsRecord | None = None
     error: str | None = None
-    tool_status: Literal["ok", "failed", "stopped"] | None = None
+    tool_status: Literal["ok", "failed", "stopped", "denied"] | None = None
     duration_s: float | None = None
     display_text: str | None = None
     attachments: list[AttachmentRecord] = Field(default_factory=list)

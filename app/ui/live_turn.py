@@ -13,6 +13,7 @@ from streamlit.delta_generator import DeltaGenerator
 
 from app.agent import (
     AnswerDone,
+    ApprovalNeeded,
     Notice,
     TextDelta,
     ThinkingDelta,
@@ -127,6 +128,8 @@ class LiveTurn:
                 self.on_call_started(event)
             case ToolCallFinished():
                 self.on_call_finished(event)
+            case ApprovalNeeded():
+                pass  # no page sets a tool to "ask" yet; the approval cards come with the page that does
             case TurnError():
                 self.on_error(event)
             case TurnDone():
