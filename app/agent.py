@@ -25,7 +25,8 @@ from app.chat_format import ImagePolicy, process_input
 from app.clients.base import Client, ClientError, GenerationParams, ToolRequest
 from app.conversation import AnswerMetrics, CallFragment, Conversation, Message, PartialCalls, ToolCall
 from app.tools.policy import RunPolicy
-from app.tools.registry import ToolRegistry, ToolResult
+from app.tools.questions import AskedQuestion
+from app.tools.registry import RunningCall, ToolRegistry, ToolResult
 
 DEFAULT_MAX_ROUNDS = 4
 _TOOL_POLL_S = 0.1
@@ -96,6 +97,18 @@ class ApprovalNeeded:
 
 
 @dataclass
+class QuestionAsked:
+    """The running call asks the user something (an MCP server's elicitation): `asked`, answered through its future.
+    The turn ends next (TurnDone) with the call still running, its result not yet in the conversation: whoever
+    shows the question keeps `running` and gives it back to `resume_turn` (as `running`) once the user answered, and
+    the turn goes on waiting for the result."""
+
+    call: ToolCall
+    asked: AskedQuestion
+    running: RunningCall
+
+
+@dataclass
 class TurnDone:
     message: Message  # the last assistant message of the turn
 
@@ -103,7 +116,7 @@ class TurnDone:
 # Everything a turn yields. A UI matches on it exhaustively (app/ui/live_turn.py), so a new event type is a type
 # error there until it is drawn.
 TurnEvent = (TextDelta | ThinkingDelta | Waiting | ToolCallWriting | Notice | AnswerDone | ToolCallStarted
-             | ToolCallFinished | ApprovalNeeded | TurnError | TurnDone)
+             | ToolCallFinished | ApprovalNeeded | QuestionAsked | TurnError | TurnDone)
 
 DECLINED = "The user declined to run this call."
 
@@ -198,6 +211,7 @@ def resume_turn(
     tools: ToolSettings,
     images: ImagePolicy | None,
     decisions: Mapping[str, Decision],
+    running: Mapping[str, RunningCall] | None = None,
 ) -> Generator[TurnEvent, None, None]:
     """Go on with a turn whose calls wait (`pending_calls`): answer each in order as `decisions` (by call id) says,
     then continue exactly as run_turn does after tool results, within the same `max_rounds` (the generations since
@@ -211,14 +225,32 @@ def resume_turn(
     when nothing waits, when a call that needs approval (`ToolSettings.needs_approval`) has no decision, when a
     decision names no waiting call, when a call of a "never" tool is to run, or when edited arguments do not match
     the tool's schema (the registry's message). Calls that need no approval run as they are unless decided
-    otherwise."""
+    otherwise.
+
+    `running`: the calls that were running already when the turn paused (a question, QuestionAsked), by call id:
+    the turn waits for their results instead of running them again; they need no decision."""
     answer, waiting = _waiting(conversation)
     if answer is None or not waiting:
         raise ValueError("no tool calls are waiting for a decision")
-    _check_decisions(waiting, decisions, tools)
+    started = {call_id: handle for call_id, handle in (running or {}).items()
+               if any(call.id == call_id for call in waiting)}
+    decided = {call_id: decision for call_id, decision in decisions.items() if call_id not in started}
+    _check_decisions([call for call in waiting if call.id not in started], decided, tools)
     turn = _Turn(client, conversation, params, system_prompt, cancel or threading.Event(), tools,
                  _image_policy(client, images or ImagePolicy()))
-    return _loop(turn, _rounds_used(conversation), resumed=(answer, waiting, dict(decisions)))
+    return _loop(turn, _rounds_used(conversation), resumed=(answer, waiting, decided, started))
+
+
+STOPPED_BEFORE_RUNNING = "The user stopped the turn before this call ran."
+
+
+def stop_pending(conversation: Conversation) -> list[Message]:
+    """End a turn whose calls wait (the user pressed Stop instead of deciding): each waiting call is answered, as
+    stopped, without running, and nothing more is generated. Returns the tool messages added (none when nothing
+    waits)."""
+    _, waiting = _waiting(conversation)
+    return [conversation.add(Message(role="tool", content=STOPPED_BEFORE_RUNNING, tool_call_id=call.id,
+                                     name=call.name, tool_status="stopped")) for call in waiting]
 
 
 def _waiting(conversation: Conversation) -> tuple[Message | None, list[ToolCall]]:
@@ -250,16 +282,18 @@ class _Turn:
     images: ImagePolicy
 
 
-def _loop(
-    turn: _Turn, rounds_used: int, resumed: tuple[Message, list[ToolCall], dict[str, Decision]] | None = None
-) -> Generator[TurnEvent, None, None]:
+_Resumed = tuple[Message, list[ToolCall], dict[str, Decision], dict[str, RunningCall]]
+
+
+def _loop(turn: _Turn, rounds_used: int, resumed: _Resumed | None = None) -> Generator[TurnEvent, None, None]:
     """The tool loop, from generation `rounds_used` on (0 for a new turn). `resumed`: the answer whose calls wait,
-    those calls and the user's decisions on them, answered before anything is generated."""
+    those calls, the user's decisions on them and those of them running already, answered before anything is
+    generated."""
     tools = turn.tools
     rounds = max(1, tools.max_rounds) if tools else 1
     offered = tools.offered if tools else ToolRegistry()
     round_index = rounds_used
-    answer, calls, decisions = resumed or (Message(role="assistant"), [], {})
+    answer, calls, decisions, started = resumed or (Message(role="assistant"), [], {}, {})
     while True:
         if not calls:
             if round_index >= rounds:
@@ -276,17 +310,23 @@ def _loop(
                 break
             calls = answer.tool_calls
         for call in calls:
-            message = yield from _answer_call(offered, turn.conversation, call, decisions.get(call.id), turn.cancel)
-            if message.tool_status == "stopped":
+            message = yield from _answer_call(offered, turn.conversation, call, decisions.get(call.id), turn.cancel,
+                                              started.get(call.id))
+            if message is None or message.tool_status == "stopped":  # a question for the user, or stopped
                 yield TurnDone(answer)
                 return
-        calls, decisions = [], {}
+        calls, decisions, started = [], {}, {}
     yield TurnDone(answer)
 
 
 def _answer_call(registry: ToolRegistry, conversation: Conversation, call: ToolCall, decision: Decision | None,
-                 cancel: threading.Event) -> Generator[TurnEvent, None, Message]:
-    """Run one call (with the user's edit, if any) or record that the user declined it; returns its tool message."""
+                 cancel: threading.Event, running: RunningCall | None = None
+                 ) -> Generator[TurnEvent, None, Message | None]:
+    """Run one call (with the user's edit, if any; `running`: it runs already) or record that the user declined it;
+    returns its tool message, None when it waits for the user's answer to a question."""
+    if running is not None:
+        yield ToolCallStarted(call)
+        return (yield from _run_tool(registry, conversation, call, cancel, running))
     if decision is not None and decision.action == "deny":
         yield ToolCallStarted(call)
         reason = decision.reason.strip()
@@ -403,31 +443,48 @@ def _image_policy(client: Client, wanted: ImagePolicy) -> ImagePolicy:
 
 
 def _run_tool(
-    registry: ToolRegistry, conversation: Conversation, call: ToolCall, cancel: threading.Event
-) -> Generator[TurnEvent, None, Message]:
-    """Run one call, beating while it runs; returns the tool message it appended (also when stopped)."""
+    registry: ToolRegistry, conversation: Conversation, call: ToolCall, cancel: threading.Event,
+    running: RunningCall | None = None,
+) -> Generator[TurnEvent, None, Message | None]:
+    """Run one call (or wait for `running`, started before), beating while it runs; returns the tool message it
+    appended (also when stopped), or None when the call asks the user a question: then it runs on, its result left
+    to whoever resumes the turn with it (QuestionAsked)."""
     message = Message(role="tool", tool_call_id=call.id, name=call.name)
-    running = registry.start(call.name, call.arguments)
+    running = running or registry.start(call.name, call.arguments)
     result: ToolResult | None = None
+    asked = False
     try:
         while (result := running.wait(_TOOL_POLL_S)) is None:
             if cancel.is_set():
                 break
+            question = running.questions.pending
+            if question is not None:
+                asked = True
+                yield QuestionAsked(call, question, running)
+                return None
             yield Waiting()
     finally:
-        if result is None:  # Stop pressed or the consumer left while the tool ran
-            result = running.cancel()
-            message.tool_status = "stopped"
-        message.content = result.for_model()
-        if message.content != result.content:
-            message.display_text = result.content
-        message.duration_s = result.duration_s
-        message.attachments = list(result.attachments)
-        if message.tool_status is None:
-            message.tool_status = "ok" if result.ok else "failed"
-        conversation.add(message)
+        if not asked:  # asked: the call runs on, waiting for its answer, and is not ours to stop
+            if result is None:  # Stop pressed or the consumer left while the tool ran
+                result = running.cancel()
+                message.tool_status = "stopped"
+            _record(message, result)
+            conversation.add(message)
+    assert result is not None
     yield ToolCallFinished(call, result, message)
     return message
+
+
+def _record(message: Message, result: ToolResult) -> None:
+    """A call's result in its tool message."""
+    message.content = result.for_model()
+    if message.content != result.content:
+        message.display_text = result.content
+    message.duration_s = result.duration_s
+    message.attachments = list(result.attachments)
+    message.structured = result.structured
+    if message.tool_status is None:
+        message.tool_status = "ok" if result.ok else "failed"
 
 
 def _write(writing: PartialCalls, fragments: list[CallFragment]) -> Iterator[ToolCallWriting]:

@@ -21,19 +21,23 @@ Upload = tuple[str, bytes]  # an attached file: its name and its bytes
 OnUpload = Callable[[str, bytes], object]
 
 
-def user_message(text: str, files: Sequence[Upload] = (), on_upload: OnUpload | None = None) -> Message | None:
+def user_message(text: str, files: Sequence[Upload] = (), on_upload: OnUpload | None = None,
+                 ready: Sequence[Attachment] = ()) -> Message | None:
     """The user's message from the text typed and the files attached, or None when there is nothing to send.
+    `ready`: attachments already made (an MCP server's resources, app/mcp_client/resources.py), sent along.
 
     Raises ImageError (and nothing is sent) when a picture cannot be used or the pictures are too many or too
     large together. A document that cannot be read becomes an attachment with no text and a "not read: ..." note.
-    Pictures come first among the attachments, then the documents, each in the order given."""
+    Pictures come first among the attachments, then the documents, each in the order given (uploads first)."""
     pictures = [Attachment(kind="image", name=name, data=prepare_image(data, name).data)
                 for name, data in files if is_image_name(name)]
+    pictures += [attachment for attachment in ready if attachment.kind == "image"]
     check_message_images([picture.data for picture in pictures])
     attachments: list[Attachment] = list(pictures)
     for name, data in files:
         if not is_image_name(name):
             attachments.append(_document(name, data, on_upload))
+    attachments += [attachment for attachment in ready if attachment.kind != "image"]
     if not text.strip() and not attachments:
         return None
     return Message(role="user", content=text.strip(), attachments=attachments)

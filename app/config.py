@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -257,6 +257,12 @@ class McpSettings:
     call_timeout_s: float = 60.0  # one tool call; past it the call is cancelled and the model reads an error
     connect_timeout_s: float = 15.0  # starting or reaching a server, its handshake and its tool list
     server_api_key: str = ""  # the app's own MCP server over HTTP (app/mcp_server.py) requires it as a bearer token
+    # Servers that need sign-in (OAuth, app/mcp_client/oauth.py): the authorization server sends the browser back to
+    # public_url; a sign-in not finished within sign_in_timeout_s is given up; tokens are encrypted with secret_key
+    # (a Fernet key; "": sign-in is not offered). Kept out of repr: settings get logged and shown.
+    public_url: str = "http://localhost:8501/"
+    sign_in_timeout_s: float = 600.0
+    secret_key: str = field(default="", repr=False)
 
     @classmethod
     def from_env(cls) -> McpSettings:
@@ -268,9 +274,13 @@ class McpSettings:
             call_timeout_s=_float("DEMO_MCP_CALL_TIMEOUT_S", cls.call_timeout_s),
             connect_timeout_s=_float("DEMO_MCP_CONNECT_TIMEOUT_S", cls.connect_timeout_s),
             server_api_key=os.environ.get("DEMO_MCP_API_KEY", "").strip(),
+            public_url=os.environ.get("DEMO_PUBLIC_URL", "").strip() or cls.public_url,
+            sign_in_timeout_s=_float("DEMO_MCP_SIGN_IN_TIMEOUT_S", cls.sign_in_timeout_s),
+            secret_key=os.environ.get("DEMO_SECRET_KEY", "").strip(),
         )
-        if settings.call_timeout_s <= 0 or settings.connect_timeout_s <= 0:
-            raise ValueError("DEMO_MCP_CALL_TIMEOUT_S and DEMO_MCP_CONNECT_TIMEOUT_S must be positive")
+        if settings.call_timeout_s <= 0 or settings.connect_timeout_s <= 0 or settings.sign_in_timeout_s <= 0:
+            raise ValueError("DEMO_MCP_CALL_TIMEOUT_S, DEMO_MCP_CONNECT_TIMEOUT_S and DEMO_MCP_SIGN_IN_TIMEOUT_S must "
+                             "be positive")
         return settings
 
 

@@ -182,6 +182,7 @@ class Message:
     duration_s: float | None = None  # tool messages: how long the call ran
     attachments: list[Attachment] = field(default_factory=list)
     display_text: str | None = None  # tool messages: the full output when the model reads a shortened one
+    structured: dict[str, Any] | None = None  # tool messages: the result as a JSON object, where the tool gave one
     thinking: str = ""  # assistant: a reasoning model's thought; shown and kept, never sent back to a model
     # The other versions of the conversation from this message on (earlier edits of a user message, earlier
     # answers to one): each a list of messages, headed by that version's own message at this place. The model only

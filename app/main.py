@@ -7,7 +7,7 @@ from pathlib import Path
 import streamlit as st
 
 from app.config import offline_by_default
-from app.ui import history, persistence, sidebar, state
+from app.ui import history, mcp_sign_in, persistence, sidebar, state
 from app.ui.tool_settings import KEPT_PREFIX
 
 offline_by_default()
@@ -32,6 +32,7 @@ state.wait_for_interrupted_turn()  # a Stop (or any click) during a turn: the an
 conversation = state.conversation(page_name)
 persistence.open_from_url(page_name, conversation)  # a refresh or a link reopens the saved conversation
 persistence.save(page_name, conversation)  # what the last run changed (a stopped answer, Regenerate, Resend)
+mcp_sign_in.finish_from_url()  # back from an MCP server's sign-in page, with ?code=...&state=...
 sidebar.render()
 history.render(page_name, conversation)
 current.run()

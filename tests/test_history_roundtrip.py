@@ -1,8 +1,8 @@
 """Export and import give back the conversation that was saved: generated conversations (pictures of every kind
 the app shows, documents, thoughts, metrics, errors, tool calls (some edited by the user) and results with plots
-(some declined), unicode and empty texts, and versions: the other branches kept where a message was edited or an
-answer regenerated) go through the real store (SQLite file; one rich example on PostgreSQL too), export_json, JSON
-text and import_json, and come back equal.
+and structured results (some declined), unicode and empty texts, and versions: the other branches kept where a
+message was edited or an answer regenerated) go through the real store (SQLite file; one rich example on
+PostgreSQL too), export_json, JSON text and import_json, and come back equal.
 
 Also: the import's guards on versions (a hostile file nested deep or holding too many messages is refused quickly,
 saying where; call ids are checked per branch; version_index in range)."""
@@ -98,7 +98,8 @@ def _answer(draw: st.DrawFn, ids: _Ids) -> list[Message]:
                 "tool", draw(_texts), tool_call_id=call.id, name=draw(st.none() | st.just(call.name)),
                 tool_status=draw(st.sampled_from(["ok", "failed", "stopped", "denied"])),
                 duration_s=draw(st.none() | _floats),
-                display_text=draw(st.none() | _texts), attachments=draw(st.lists(_images, max_size=2))))
+                display_text=draw(st.none() | _texts), attachments=draw(st.lists(_images, max_size=2)),
+                structured=draw(st.none() | st.dictionaries(_texts, _json_values, max_size=2))))
     messages.append(Message("assistant", draw(_texts), thinking=draw(_texts), metrics=draw(st.none() | _metrics()),
                             error=draw(st.none() | _texts)))  # stopped: finish_reason "cancelled" with its error
     return messages

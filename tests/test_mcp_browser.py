@@ -1,5 +1,6 @@
 """An MCP server's tool called from the Tools page in a real browser (Chromium, `streamlit run`, SmolLM2): the
-demo server of tests/mcp_servers over stdio, configured in an mcp.json as an administrator would."""
+demo server of tests/mcp_servers over stdio, configured in an mcp.json as an administrator would; its unannotated
+tool set to run without asking in the sidebar."""
 
 from __future__ import annotations
 
@@ -26,6 +27,11 @@ def test_the_model_calls_an_mcp_tool_and_answers_from_its_result(smollm2_dir, br
         model_loaded(page, 120_000)
         sidebar = page.get_by_test_id("stSidebar")
         sidebar.get_by_text("connected · 11 tools").wait_for(state="attached", timeout=60_000)  # in its section
+        # paint says nothing about its effects, so it asks before each call: the user lets it run, for this
+        # conversation, with the selector next to its switch.
+        sidebar.get_by_role("combobox", name="Run policy of paint").click()
+        page.get_by_role("option", name="Run", exact=True).click()
+        page.wait_for_timeout(1000)
         # paint(color: "red" | "green" | "blue", coats: int, note: str): the call is constrained to that schema.
         answer = ask_with_a_forced_call(page, "paint", "Paint the kitchen wall blue, with two coats.")
         card = answer.get_by_test_id("stExpander").first

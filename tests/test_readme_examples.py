@@ -206,7 +206,7 @@ def test_the_mcp_json_example_is_accepted_by_the_apps_loader(tmp_path, monkeypat
     loader: a stdio server and a Streamable HTTP one whose ${DOCS_MCP_TOKEN} comes from the environment. (Starting
     `uvx mcp-server-time` and reaching mcp.example.com are the servers' business; the loader decides the rest.)"""
     from app.config import McpSettings
-    from app.mcp_client.config import HttpServer, StdioServer, load_config
+    from app.mcp_client.config import HttpServer, StdioServer, load_config, policy_defaults
 
     (tmp_path / "mcp.json").write_text(block(MCP_TOOLS, "json").text, encoding="utf-8")
     monkeypatch.chdir(tmp_path)
@@ -218,8 +218,21 @@ def test_the_mcp_json_example_is_accepted_by_the_apps_loader(tmp_path, monkeypat
     assert servers == {
         "time": StdioServer(command="uvx", args=["mcp-server-time", "--local-timezone=Europe/Paris"]),
         "docs": HttpServer(url="https://mcp.example.com/mcp",
-                           headers={"Authorization": "Bearer token-from-the-environment"}),
+                           headers={"Authorization": "Bearer token-from-the-environment"},
+                           policy="ask", tools={"search": "auto", "delete_page": "never"}),
     }
+    # The run policies as the pages apply them: per tool, else the server's, else the tool's annotations.
+    from app.tools.policy import RunPolicy, policy_for
+    from app.tools.registry import Tool, ToolHints, function_schema
+
+    def docs_tool(name: str) -> Tool:  # each says it only reads, in a closed world: on its own it would run
+        return Tool(name, lambda **_: "", function_schema(name, "", {"type": "object", "properties": {}}),
+                    origin="MCP server docs", hints=ToolHints.reader(name, open_world=False))
+
+    defaults = policy_defaults(servers)
+    expected: dict[str, RunPolicy] = {"search": "auto", "delete_page": "never", "summarise": "ask"}
+    for name, policy in expected.items():
+        assert policy_for(docs_tool(name), {}, defaults) == policy
 
 
 # ----- The OpenAI-compatible API -----------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ registry: from a small server written here with the SDK's low-level API (started
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from collections.abc import Iterator
 from types import SimpleNamespace
@@ -92,7 +93,8 @@ def test_annotations_become_the_tools_hints(manager):
 def test_a_structured_result_arrives_in_the_tool_result(manager):
     registry = mcp_registry(manager, manager.connections())
     measured = registry.call("measure", {})
-    assert measured.ok and measured.content == "3 m" and measured.structured == {"value": 3, "unit": "m"}
+    assert measured.ok and measured.structured == {"value": 3, "unit": "m"}
+    assert measured.content == '3 m\n{"value": 3, "unit": "m"}'  # the model reads the structured result too
     Draft202012Validator(MEASUREMENT).validate(measured.structured)
     plain = registry.call("plain", {})
     assert plain.ok and plain.content == "plain ran" and plain.structured is None
@@ -112,7 +114,7 @@ def test_a_result_past_the_sdks_check_is_checked_again_and_keeps_its_text():
     """Should a result reach the registry unchecked (the SDK only checks tools it has listed), the registry checks
     it against the tool's output schema: the text stays, the structured result goes, and the text says why."""
 
-    async def call(tool: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    async def call(tool: str, arguments: dict[str, Any], questions: Any = None) -> types.CallToolResult:
         return RESULTS[tool]
 
     server = SimpleNamespace(name="unchecked", tools=tuple(TOOLS[4:6]), call=call)
@@ -147,7 +149,9 @@ def test_the_apps_own_server_hints_come_back_as_they_left(tmp_path_factory):
                                                                       idempotent=False, open_world=False)
         converted = remote.call("convert_units", {"value": 10, "from_unit": "km", "to_unit": "mi"})
         local = builtin.call("convert_units", {"value": 10, "from_unit": "km", "to_unit": "mi"})
-        assert (converted.content, converted.structured) == (local.content, local.structured)
+        assert converted.structured == local.structured
+        # The app's own text says what its structured result holds; through MCP the model reads both.
+        assert converted.content == f"{local.content}\n{json.dumps(local.structured, ensure_ascii=False)}"
     finally:
         mcp.close()
 

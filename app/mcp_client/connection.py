@@ -1,11 +1,15 @@
 """One MCP server held open through the official SDK: a long-lived `mcp.Client` over a stdio subprocess or
-Streamable HTTP, its tool listing, and tool calls under a time limit.
+Streamable HTTP, its tool listing, and tool calls, prompts and resources under time limits.
 
 The coroutines run on the manager's event loop only. A connection is held by its own task (anyio needs a
 transport entered and left in the same task) until it is dropped or the server goes away; the next use connects
 again, which restarts a stdio server. Failed attempts back off (2 s, doubling, at most a minute) so that a server
 that is down does not slow every page. Failures reach callers as ToolError (what the model reads) and the status
 (what the sidebar shows).
+
+A Streamable HTTP server given a token storage signs in when it answers 401 (app/mcp_client/oauth.py): while the
+user is away at the authorization page the attempt waits (up to McpSettings.sign_in_timeout_s, not the connect
+timeout) and the status is "sign-in" with the URL to open; callers meanwhile get a ToolError that says so.
 """
 
 from __future__ import annotations
@@ -15,16 +19,17 @@ import math
 import os
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Literal, TextIO
+from typing import Any, Literal, TextIO, TypeVar
 
 import anyio
 import anyio.to_thread
 import httpx2
 from mcp import Client, MCPError, StdioServerParameters, types
 from mcp.client import Transport
+from mcp.client.auth import OAuthFlowError, OAuthRegistrationError, OAuthTokenError, TokenStorage
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT
@@ -32,7 +37,10 @@ from pydantic import ValidationError
 
 from app.config import McpSettings
 from app.mcp_client.config import HttpServer, ServerSpec, StdioServer
+from app.mcp_client.elicitation import Askers
+from app.mcp_client.oauth import SignIn, SignInError
 from app.tools.net_guard import check_url
+from app.tools.questions import QuestionChannel
 from app.tools.registry import ToolError
 
 CLIENT_INFO = types.Implementation(name="composite-llm-demo", version="1.0")
@@ -41,9 +49,12 @@ MAX_BACKOFF_S = 60.0
 STOP_TIMEOUT_S = 8.0  # the SDK gives a stdio server 2 s after stdin closes, then SIGTERM, then SIGKILL
 _SSE_READ_TIMEOUT_S = 300.0  # a Streamable HTTP server may keep a response stream open this long between events
 _MAX_PAGES = 100  # of a tool listing: a server that paginates forever cannot hang the app
+MAX_LISTED = 1000  # prompts, resources or templates of one server: more would only clutter a list no one reads
+LISTING_MAX_AGE_S = 30.0  # a prompt or resource listing older than this is fetched again
 # Errors that mean the transport itself broke (as opposed to the server refusing one request).
 _BROKEN = (httpx2.HTTPError, OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream,
            BaseExceptionGroup)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -52,10 +63,12 @@ class ServerStatus:
 
     name: str
     kind: Literal["stdio", "http"]
-    state: Literal["connected", "error", "idle"]
+    state: Literal["connected", "error", "idle", "sign-in"]
     tool_count: int = 0
     message: str = ""
     owner: str = ""  # "": configured by the administrator; else the browser session that added it
+    sign_in_url: str = ""  # state "sign-in": the authorization page the user opens to sign in
+    signed_in: bool = False  # the user's sign-in to this server is kept (they may sign out)
 
 
 @dataclass(eq=False)
@@ -66,26 +79,35 @@ class _Link:
     client: Client | None = None
     task: asyncio.Task[None] | None = None
     stopping: bool = False
+    scope: anyio.CancelScope | None = None  # the connect deadline, lifted while the user signs in
+    ready: asyncio.Future[None] | None = None  # what `_ensure` awaits: connected, failed, or waiting for sign-in
 
 
 class ServerConnection:
     def __init__(self, name: str, spec: ServerSpec, settings: McpSettings, *, owner: str = "",
-                 guard_url: bool = False) -> None:
-        """`guard_url`: check the URL with the SSRF guard before every connection (servers users add)."""
+                 guard_url: bool = False, tokens: TokenStorage | None = None, user: str | None = None) -> None:
+        """`guard_url`: check the URL with the SSRF guard before every connection, and every request of a sign-in
+        (servers users add). `tokens`: where `user`'s sign-in to this (Streamable HTTP) server is kept; given, the
+        server may ask the user to sign in."""
         self.name = name
         self.spec = spec
         self.settings = settings
         self.owner = owner
         self.guard_url = guard_url
+        self.sign_in: SignIn | None = None
+        if tokens is not None and isinstance(spec, HttpServer):
+            self.sign_in = SignIn(spec.url, user, settings, tokens, self._awaiting_user, self._user_back)
         self._lock = asyncio.Lock()  # one connection attempt at a time
         self._link: _Link | None = None
         self._tools: tuple[types.Tool, ...] = ()
+        self._listings: dict[str, tuple[_Link, float, tuple[Any, ...]]] = {}  # kind -> (on which link, when, items)
         self._listed_at = -math.inf
         self._error = ""
         self._failures = 0
         self._retry_at = 0.0
         self._refused: int | None = None  # HTTP 401/403 seen while connecting: the token is the likely cause
         self._closed = False
+        self._askers = Askers(f"MCP server {name}")  # the calls in flight that may ask the user something
 
     @property
     def kind(self) -> Literal["stdio", "http"]:
@@ -101,15 +123,27 @@ class ServerConnection:
         return link is not None and link.client is not None
 
     @property
+    def protocol_version(self) -> str | None:
+        """The MCP version agreed with the server, while connected."""
+        link = self._link
+        return link.client.protocol_version if link is not None and link.client is not None else None
+
+    @property
     def tools(self) -> tuple[types.Tool, ...]:
         """The tools of the last listing while connected; none otherwise."""
         return self._tools if self.connected else ()
 
     def status(self) -> ServerStatus:
+        pending = self.sign_in.pending if self.sign_in is not None else None
+        if pending is not None and not pending.answer.done():
+            return ServerStatus(self.name, self.kind, "sign-in", 0, "needs you to sign in", self.owner, pending.url)
+        if pending is not None and not self.connected:
+            return ServerStatus(self.name, self.kind, "idle", 0, "finishing the sign-in", self.owner)
         if self.connected:
             count = len(self._tools)
             return ServerStatus(self.name, self.kind, "connected", count,
-                                f"connected · {count} tool{'s' if count != 1 else ''}", self.owner)
+                                f"connected · {count} tool{'s' if count != 1 else ''}", self.owner,
+                                signed_in=self.sign_in is not None and self.sign_in.signed_in)
         if self._error:
             return ServerStatus(self.name, self.kind, "error", 0, self._error, self.owner)
         return ServerStatus(self.name, self.kind, "idle", 0, "not connected yet", self.owner)
@@ -134,23 +168,81 @@ class ServerConnection:
             if _broken(exc):
                 await self._drop(link, describe(exc))
 
-    async def call(self, tool: str, arguments: dict[str, Any]) -> types.CallToolResult:
-        """Call `tool` under the time limit; every failure is a ToolError that says what happened."""
+    async def call(self, tool: str, arguments: dict[str, Any],
+                   questions: QuestionChannel | None = None) -> types.CallToolResult:
+        """Call `tool` under the time limit; every failure is a ToolError that says what happened. `questions`: where
+        the server's questions to the user during the call go (app/mcp_client/elicitation.py); none: it may not
+        ask."""
+        return await self._request("call", lambda client: client.call_tool(tool, arguments), questions=questions)
+
+    async def list_prompts(self, max_age_s: float = LISTING_MAX_AGE_S) -> tuple[types.Prompt, ...]:
+        """The server's prompts (every page, at most MAX_LISTED), listed again when older than `max_age_s`; none
+        when it offers none. ToolError when it cannot be reached or refuses."""
+        async def fetch(client: Client) -> tuple[Any, ...]:
+            if client.server_capabilities.prompts is None:
+                return ()
+            return await _pages(lambda cursor: client.list_prompts(cursor=cursor), "prompts")
+
+        return await self._listed("prompts", fetch, max_age_s)
+
+    async def list_resources(self, max_age_s: float = LISTING_MAX_AGE_S) -> tuple[types.Resource, ...]:
+        """The server's resources, as `list_prompts` lists prompts."""
+        async def fetch(client: Client) -> tuple[Any, ...]:
+            if client.server_capabilities.resources is None:
+                return ()
+            return await _pages(lambda cursor: client.list_resources(cursor=cursor), "resources")
+
+        return await self._listed("resources", fetch, max_age_s)
+
+    async def list_resource_templates(self, max_age_s: float = LISTING_MAX_AGE_S
+                                      ) -> tuple[types.ResourceTemplate, ...]:
+        """The server's resource templates (URIs with {variables}), as `list_prompts` lists prompts."""
+        async def fetch(client: Client) -> tuple[Any, ...]:
+            if client.server_capabilities.resources is None:
+                return ()
+            return await _pages(lambda cursor: client.list_resource_templates(cursor=cursor), "resource_templates")
+
+        return await self._listed("resource templates", fetch, max_age_s)
+
+    async def get_prompt(self, name: str, arguments: dict[str, str]) -> types.GetPromptResult:
+        """Prompt `name` filled with `arguments`, under the call time limit; ToolError says what went wrong."""
+        return await self._request("prompt request", lambda client: client.get_prompt(name, arguments))
+
+    async def read_resource(self, uri: str) -> types.ReadResourceResult:
+        """The contents of resource `uri`, under the call time limit; ToolError says what went wrong."""
+        return await self._request("resource read", lambda client: client.read_resource(uri))
+
+    async def _listed(self, kind: str, fetch: Callable[[Client], Awaitable[tuple[Any, ...]]],
+                      max_age_s: float) -> tuple[Any, ...]:
+        """A listing kept for `max_age_s` while the same connection lasts (pages redraw on every click)."""
+        link = await self._ensure()
+        kept = self._listings.get(kind)
+        if kept is not None and kept[0] is link and time.monotonic() - kept[1] <= max_age_s:
+            return kept[2]
+        items = await self._request(f"listing of its {kind}", fetch, self.settings.connect_timeout_s)
+        self._listings[kind] = (link, time.monotonic(), items)
+        return items
+
+    async def _request(self, what: str, send: Callable[[Client], Awaitable[T]], limit: float | None = None,
+                       questions: QuestionChannel | None = None) -> T:
+        """`send` on the connection (made if needed) under `limit` (the call time limit by default); every failure
+        is a ToolError that says what happened, and a broken connection is dropped to be made again."""
         link = await self._ensure()
         assert link.client is not None
-        limit = self.settings.call_timeout_s
+        limit = self.settings.call_timeout_s if limit is None else limit
         try:
-            with anyio.fail_after(limit):  # on expiry the SDK also tells the server to cancel the request
-                return await link.client.call_tool(tool, arguments)
+            # On expiry the SDK also tells the server to cancel the request.
+            with anyio.fail_after(limit) as scope, self._askers.calling(questions, scope):
+                return await send(link.client)
         except TimeoutError:
-            raise ToolError(f"the MCP server {self.name!r} did not answer within {limit:g} s; the call was "
+            raise ToolError(f"the MCP server {self.name!r} did not answer within {limit:g} s; the {what} was "
                             "cancelled.") from None
         except MCPError as exc:
             if exc.code == REQUEST_TIMEOUT:
-                raise ToolError(f"the MCP server {self.name!r} did not answer in time; the call was cancelled.") \
+                raise ToolError(f"the MCP server {self.name!r} did not answer in time; the {what} was cancelled.") \
                     from None
             if exc.code != CONNECTION_CLOSED:
-                raise ToolError(f"the MCP server {self.name!r} refused the call: {exc.message}") from None
+                raise ToolError(f"the MCP server {self.name!r} refused the {what}: {exc.message}") from None
             failure: BaseException = exc
         except (ValidationError, RuntimeError) as exc:  # a result that breaks the protocol or the tool's own schema
             raise ToolError(f"the MCP server {self.name!r} sent an invalid result: {describe(exc)}") from None
@@ -158,8 +250,17 @@ class ServerConnection:
             failure = exc
         reason = describe(failure)
         await self._drop(link, reason)
-        raise ToolError(f"the connection to the MCP server {self.name!r} broke during the call ({reason}); it is "
-                        f"{self._again} on the next call.")
+        raise ToolError(f"the connection to the MCP server {self.name!r} broke during the {what} ({reason}); it is "
+                        f"{self._again} on the next {'call' if what == 'call' else 'use'}.")
+
+    async def sign_out(self) -> None:
+        """Forget the user's sign-in to this server and disconnect; the next use asks them to sign in again."""
+        if self.sign_in is None:
+            return
+        await self.sign_in.sign_out()
+        if self._link is not None:
+            await self._drop(self._link, "you signed out")
+        self._failures, self._retry_at = 0, 0.0
 
     async def close(self) -> None:
         self._closed = True
@@ -171,6 +272,9 @@ class ServerConnection:
             link = self._link
             if link is not None and link.client is not None:
                 return link
+            if link is not None and self.sign_in is not None and self.sign_in.pending is not None:
+                raise ToolError(f"the MCP server {self.name!r} waits for you to sign in (Sign in to {self.name}, under "
+                                "MCP servers in the sidebar).")
             if self._closed:
                 raise ToolError(f"the MCP client for {self.name!r} was shut down.")
             wait = self._retry_at - time.monotonic()
@@ -179,6 +283,7 @@ class ServerConnection:
                                 f"{math.ceil(wait)} s.")
             link = _Link(done=anyio.Event())
             ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            link.ready = ready
             self._link = link
             link.task = asyncio.create_task(self._hold(link, ready), name=f"mcp-server-{self.name}")
             await ready  # ToolError when it could not connect
@@ -191,21 +296,30 @@ class ServerConnection:
         self._refused = None
         try:
             with anyio.CancelScope(deadline=anyio.current_time() + self.settings.connect_timeout_s) as scope:
+                link.scope = scope
                 async with AsyncExitStack() as stack:
                     transport = await self._transport(stack, link.done)
-                    client = await stack.enter_async_context(Client(transport, cache=None, client_info=CLIENT_INFO))
+                    client = await stack.enter_async_context(
+                        Client(transport, cache=None, client_info=CLIENT_INFO,
+                               elicitation_callback=self._askers.elicit))
                     tools = await _list_all(client)
                     scope.deadline = math.inf  # connected: from now on only `done` ends it
                     link.client, connected = client, True
                     self._tools, self._listed_at, self._error, self._failures = tools, time.monotonic(), "", 0
                     if not ready.done():
                         ready.set_result(None)
+                    if self.sign_in is not None:
+                        self.sign_in.finished()
                     await link.done.wait()
             if not connected:
                 raise TimeoutError(f"no answer within {self.settings.connect_timeout_s:g} s")
         except Exception as exc:  # whatever went wrong is reported, never raised into the loop
             reason = describe(exc, self._refused)
+            if self.sign_in is not None and _no_sign_in_offered(exc, self.sign_in):
+                reason = "the server refused the request (HTTP 401) and offers no sign-in: add it with its bearer token"
         finally:
+            if self.sign_in is not None and not connected:
+                self.sign_in.finished(reason)
             link.client = None
             if self._link is link:
                 self._link = None
@@ -227,6 +341,8 @@ class ServerConnection:
             self._error = f"disconnected: {broken}; it is {self._again} on next use"
         link.stopping = True
         link.done.set()
+        if self.sign_in is not None:
+            self.sign_in.abandon("the sign-in was stopped: the server was removed or the app is closing")
         if link.task is not None and link.task is not asyncio.current_task():
             await asyncio.wait({link.task}, timeout=STOP_TIMEOUT_S)
 
@@ -238,14 +354,51 @@ class ServerConnection:
         assert isinstance(spec, HttpServer)
         if self.guard_url:  # again at every connection: what a name resolves to can change
             await anyio.to_thread.run_sync(check_url, spec.url)
+        # The SDK's OAuth provider puts the access token on requests to this server only: each server has its own
+        # client, the flow's own requests (metadata, registration, tokens) carry none, and redirects off the
+        # server's origin are not followed. Every request a sign-in makes (to whatever URL a server's metadata
+        # names) passes the SSRF guard too.
+        hooks: dict[str, list[Any]] = {"response": [self._note_refusal]}
+        if self.guard_url and self.sign_in is not None:
+            hooks["request"] = [_guarded_elsewhere(spec.url)]
         http = await stack.enter_async_context(httpx2.AsyncClient(
             headers=spec.headers, timeout=httpx2.Timeout(self.settings.connect_timeout_s, read=_SSE_READ_TIMEOUT_S),
-            event_hooks={"response": [self._note_refusal]}))
+            event_hooks=hooks, auth=self.sign_in.provider if self.sign_in is not None else None))
         return streamable_http_client(spec.url, http_client=http)
 
     async def _note_refusal(self, response: httpx2.Response) -> None:
         if response.status_code in (401, 403):
             self._refused = response.status_code
+
+    def _awaiting_user(self) -> None:
+        """The user is sent to sign in: the attempt waits for them (the sign-in keeps its own deadline), and whoever
+        waits for the connection learns why now."""
+        link = self._link
+        if link is None:
+            return
+        if link.scope is not None:
+            link.scope.deadline = math.inf
+        if link.ready is not None and not link.ready.done():
+            link.ready.set_exception(ToolError(f"the MCP server {self.name!r} needs you to sign in."))
+
+    def _user_back(self) -> None:
+        """The sign-in's answer came (or it was given up): the rest of the connection has the usual time."""
+        link = self._link
+        if link is not None and link.scope is not None and link.client is None:
+            link.scope.deadline = anyio.current_time() + self.settings.connect_timeout_s
+
+
+def _guarded_elsewhere(server_url: str) -> Callable[[httpx2.Request], Awaitable[None]]:
+    """A request hook that refuses requests to local or private addresses (unless DEMO_BROWSER_ALLOW allows them)
+    with a ToolError, but for those to the server's own origin, checked when the connection was made."""
+    own = httpx2.URL(server_url)
+
+    async def guard(request: httpx2.Request) -> None:
+        url = request.url
+        if (url.scheme, url.host, url.port) != (own.scheme, own.host, own.port):
+            await anyio.to_thread.run_sync(check_url, str(url))
+
+    return guard
 
 
 @asynccontextmanager
@@ -287,12 +440,27 @@ async def _list_all(client: Client) -> tuple[types.Tool, ...]:
     return tuple(tools)
 
 
+async def _pages(fetch: Callable[[str | None], Awaitable[Any]], field: str) -> tuple[Any, ...]:
+    """Every page of a listing (`field` of each result), at most _MAX_PAGES pages and MAX_LISTED items."""
+    items: list[Any] = []
+    cursor: str | None = None
+    for _ in range(_MAX_PAGES):
+        page = await fetch(cursor)
+        items.extend(getattr(page, field))
+        cursor = page.next_cursor
+        if not cursor or len(items) >= MAX_LISTED:
+            break
+    return tuple(items[:MAX_LISTED])
+
+
 def _broken(exc: BaseException) -> bool:
     return isinstance(exc, _BROKEN) or (isinstance(exc, MCPError) and exc.code == CONNECTION_CLOSED)
 
 
 def describe(exc: BaseException, refused: int | None = None) -> str:
     """A short, plain account of a connection or call failure (never the headers, which may hold a token)."""
+    if (problem := _sign_in_problem(exc)) is not None:
+        return problem
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
     if refused is not None:
@@ -312,6 +480,28 @@ def describe(exc: BaseException, refused: int | None = None) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _no_sign_in_offered(exc: BaseException, sign_in: SignIn) -> bool:
+    """Whether a sign-in failed because the server publishes no OAuth metadata at all (it wants a bearer token):
+    the SDK then tries the legacy endpoints at the server's origin, and its registration there fails."""
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_no_sign_in_offered(inner, sign_in) for inner in exc.exceptions)
+    context = sign_in.provider.context
+    return isinstance(exc, OAuthRegistrationError) and context.protected_resource_metadata is None \
+        and context.oauth_metadata is None
+
+
+def _sign_in_problem(exc: BaseException) -> str | None:
+    """Why a sign-in failed, wherever in `exc` (an exception group from the transport's tasks) it shows: before the
+    401 that started it, which would otherwise be blamed on the token."""
+    if isinstance(exc, BaseExceptionGroup):
+        return next((found for inner in exc.exceptions if (found := _sign_in_problem(inner)) is not None), None)
+    if isinstance(exc, SignInError | ToolError):  # ToolError: the SSRF guard refused a URL the metadata named
+        return str(exc).rstrip(".")
+    if isinstance(exc, OAuthFlowError | OAuthRegistrationError | OAuthTokenError):  # the SDK's, about the protocol
+        return f"signing in failed: {exc}"
+    return None
 
 
 def _errlog() -> TextIO:

@@ -1,7 +1,10 @@
 """An MCP tool result as the app's ToolOutput: text for the model, images for the chat, isError as a failed call.
 
 Images come from another program, so they go through app/media.py (decoded, limited, re-encoded) like any
-picture a user attaches; one that cannot be used becomes a line of text saying why.
+picture a user attaches; one that cannot be used becomes a line of text saying why. A structured result
+(structuredContent) is kept as data for the page and storage, and its JSON is part of the text the model reads
+unless a text block already carries it. (The app's own tools write their text for the model and keep their
+structured results out of it: the same values twice would only cost tokens.)
 """
 
 from __future__ import annotations
@@ -9,15 +12,21 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Mapping
+from typing import Any
 
 from mcp import types
 
 from app.conversation import Attachment
 from app.media import ImageError, prepare_image
-from app.tools.registry import ToolOutput
+from app.tools.registry import ToolOutput, output_validator
+
+_MAX_COMPARED_CHARS = 1_000_000  # a longer text is not parsed to compare: its JSON is sent again, at worst
 
 
-def to_output(result: types.CallToolResult, tool: str) -> ToolOutput:
+def to_output(result: types.CallToolResult, tool: str, output_schema: Mapping[str, Any] | None = None) -> ToolOutput:
+    """`output_schema`: the tool's declared one. A structured result that breaks it is not read to the model (the
+    registry then leaves it out and says so, app/tools/registry.py)."""
     lines: list[str] = []
     images: list[Attachment] = []
     for block in result.content:
@@ -31,12 +40,33 @@ def to_output(result: types.CallToolResult, tool: str) -> ToolOutput:
             lines.append(_link(block))
         elif isinstance(block, types.EmbeddedResource):
             lines.append(_embedded(block.resource, tool, images))
-    if not lines and result.structured_content is not None:
-        lines.append(json.dumps(result.structured_content, ensure_ascii=False))
+    structured = result.structured_content
+    fits = output_schema is None or output_validator(output_schema).is_valid(structured)
+    if structured is not None and fits and not _already_in(result.content, structured):
+        lines.append(json.dumps(structured, ensure_ascii=False))
     text = "\n".join(line for line in lines if line)
+    # Only an object is kept as the structured result (what ToolResult.structured holds, and all MCP allowed before
+    # 2026-07-28); the model reads any structured value through the text above.
+    kept = structured if isinstance(structured, dict) else None
     if result.is_error:
-        return ToolOutput(text or f"{tool} failed; the server gave no reason.", images, ok=False)
-    return ToolOutput(text or "(the tool returned nothing)", images)
+        return ToolOutput(text or f"{tool} failed; the server gave no reason.", images, ok=False, structured=kept)
+    return ToolOutput(text or "(the tool returned nothing)", images, structured=kept)
+
+
+def _already_in(content: list[types.ContentBlock], structured: object) -> bool:
+    """Whether a text block already says what the structured result holds, so the model does not read it twice: MCP
+    asks servers to send the structured result's JSON as text too, and the SDKs' servers do (a function's plain
+    return value is structured as {"result": value} and its text is the value alone)."""
+    for block in content:
+        if not isinstance(block, types.TextContent) or len(block.text) > _MAX_COMPARED_CHARS:
+            continue
+        try:
+            said = json.loads(block.text)
+        except ValueError:
+            said = block.text  # a plain string value is sent as its text, unquoted
+        if said == structured or structured == {"result": said}:
+            return True
+    return False
 
 
 def _image(data: str, mime: str, tool: str, images: list[Attachment]) -> str:

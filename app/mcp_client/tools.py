@@ -11,6 +11,7 @@ import concurrent.futures
 import copy
 import logging
 import re
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -23,6 +24,7 @@ from app.mcp_client.connection import ServerConnection
 from app.mcp_client.manager import McpManager
 from app.mcp_client.results import to_output
 from app.schema_limits import schema_size_problem
+from app.tools.questions import QuestionChannel, current_channel
 from app.tools.registry import Tool, ToolError, ToolHints, ToolOutput, ToolRegistry, function_schema, output_validator
 
 logger = logging.getLogger(__name__)
@@ -44,7 +46,7 @@ def mcp_registry(manager: McpManager, connections: Iterable[ServerConnection],
     limit = manager.settings.connect_timeout_s + manager.settings.call_timeout_s + _GRACE_S
     registry = ToolRegistry()
     for (connection, tool, parameters), name in zip(found, names, strict=True):
-        call, cancel = _caller(manager, connection, tool.name, name, limit)
+        call, cancel = _caller(manager, connection, tool.name, name, limit, tool.output_schema)
         description = tool.description or tool.title or (tool.annotations.title if tool.annotations else None) or ""
         registry.add(Tool(name, call, function_schema(name, description, parameters), timeout_s=limit,
                           on_cancel=cancel, origin=f"MCP server {connection.name}", hints=_hints(tool),
@@ -118,16 +120,32 @@ def _unique_names(tools: list[tuple[str, str]], taken: set[str]) -> list[str]:
     return names
 
 
-def _caller(manager: McpManager, connection: ServerConnection, tool: str, shown_as: str,
-            wait_s: float) -> tuple[Callable[..., ToolOutput], Callable[[], None]]:
+def _result_within(future: concurrent.futures.Future[types.CallToolResult], wait_s: float,
+                   questions: QuestionChannel | None) -> types.CallToolResult:
+    """The call's result within `wait_s`, not counting the time it waited for the user's answers."""
+    started = time.monotonic()
+    while True:
+        waited = questions.waited_s if questions is not None else 0.0
+        left = started + wait_s + waited - time.monotonic()
+        asking = questions is not None and questions.pending is not None
+        try:
+            return future.result(timeout=1.0 if asking else max(0.0, min(left, 1.0)))
+        except concurrent.futures.TimeoutError:
+            if not asking and left <= 1.0:
+                raise
+
+
+def _caller(manager: McpManager, connection: ServerConnection, tool: str, shown_as: str, wait_s: float,
+            output_schema: dict[str, Any] | None = None) -> tuple[Callable[..., ToolOutput], Callable[[], None]]:
     """The tool's function (run in the registry's thread) and what cancels its calls that are still running."""
     running: set[concurrent.futures.Future[types.CallToolResult]] = set()
 
     def call(**arguments: Any) -> ToolOutput:
-        future = manager.submit(connection.call(tool, arguments))
+        questions = current_channel()  # the server may ask the user something during the call
+        future = manager.submit(connection.call(tool, arguments, questions))
         running.add(future)
         try:
-            result = future.result(timeout=wait_s)
+            result = _result_within(future, wait_s, questions)
         except concurrent.futures.CancelledError:
             raise ToolError(f"the call to {shown_as} was cancelled.") from None
         except concurrent.futures.TimeoutError:
@@ -135,12 +153,7 @@ def _caller(manager: McpManager, connection: ServerConnection, tool: str, shown_
             raise ToolError(f"{shown_as} did not finish within {wait_s:g} s.") from None
         finally:
             running.discard(future)
-        output = to_output(result, shown_as)
-        # Only an object is kept (what ToolResult.structured holds, and all MCP allowed before 2026-07-28); the
-        # text stands either way, and to_output already shows a structured result that came without any.
-        if isinstance(result.structured_content, dict):
-            output.structured = result.structured_content
-        return output
+        return to_output(result, shown_as, output_schema)  # its structured result too, read in the text
 
     def cancel() -> None:
         for future in list(running):

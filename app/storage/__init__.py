@@ -1,6 +1,6 @@
-"""Saved conversations, and the API server's stored responses (responses.py): the only code that talks to the
-database (SQLAlchemy; SQLite by default, PostgreSQL by DEMO_DATABASE_URL; schema by Alembic migrations, applied when
-the database is opened)."""
+"""Saved conversations, the API server's stored responses (responses.py) and users' MCP sign-ins, encrypted
+(mcp_tokens.py): the only code that talks to the database (SQLAlchemy; SQLite by default, PostgreSQL by
+DEMO_DATABASE_URL; schema by Alembic migrations, applied when the database is opened)."""
 
 from __future__ import annotations
 

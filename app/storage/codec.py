@@ -66,8 +66,8 @@ _HEADINGS = {"system": "System", "user": "User", "assistant": "Assistant", "tool
 
 def conversation_to_markdown(title: str, messages: Iterable[Message]) -> str:
     """A readable export: a heading per message, tool calls as fenced JSON (with the model's own arguments where the
-    user edited them), tool output fenced, images inline as data URIs, documents' text fenced, a reasoning model's
-    thought fenced above its answer, answer metrics and errors under the answer."""
+    user edited them), tool output fenced (a structured result too, as JSON), images inline as data URIs, documents'
+    text fenced, a reasoning model's thought fenced above its answer, answer metrics and errors under the answer."""
     blocks = [f"# {_escape_line(title) or 'Conversation'}"]
     for message in messages:
         blocks.extend(_message_blocks(message))
@@ -89,6 +89,9 @@ def _message_blocks(message: Message) -> list[str]:
         output = message.display_text if message.display_text is not None else message.content
         if output:
             blocks.append(_fenced(output, "text"))
+        if message.structured is not None:
+            structured = json.dumps(message.structured, ensure_ascii=False, indent=2)
+            blocks.append("**Structured result**\n\n" + _fenced(structured, "json"))
     elif message.content:
         blocks.append(message.content)
     for call in message.tool_calls:

@@ -1,7 +1,8 @@
 """The tables. Conversations hold their settings and counters; messages are rows appended in order (a truncation
 deletes the dropped ones; a database written before versions existed may still hold rows marked `deleted`), each
 holding one message as JSON text (app/storage/codec.py) and a lower-cased copy of its text for search; preferences
-hold each user's last settings; api_responses hold the API server's stored responses (app/storage/responses.py).
+hold each user's last settings; api_responses hold the API server's stored responses (app/storage/responses.py);
+mcp_tokens hold each user's sign-ins to MCP servers, encrypted (app/storage/mcp_tokens.py).
 The migrations in migrations/versions create exactly this; tests compare the two."""
 
 from __future__ import annotations
@@ -115,3 +116,17 @@ class ApiResponseRow(Base):
         Index("ix_api_responses_owner_created_at", "owner", "created_at"),  # one owner's by age (reads go by id)
         Index("ix_api_responses_created_at", "created_at"),  # the purge of expired ones, across owners
     )
+
+
+class McpTokenRow(Base):
+    """One user's sign-in to one MCP server (app/storage/mcp_tokens.py): the OAuth tokens and the client the app
+    registered with the server's authorization server, each a Fernet token (encrypted and authenticated), never
+    plain text."""
+
+    __tablename__ = "mcp_tokens"
+
+    owner: Mapped[str] = mapped_column(String(200), primary_key=True)
+    server: Mapped[str] = mapped_column(String(64), primary_key=True)  # SHA-256 of the server's URL, in hex
+    tokens: Mapped[str | None] = mapped_column(Text)
+    client_info: Mapped[str | None] = mapped_column(Text)
+    updated_at: Mapped[datetime]

@@ -14,6 +14,7 @@ A message record is a JSON object; fields at their default are left out when wri
                  "dropped_messages": int, "thinking_tokens": int, "thinking_time_s": float | null,
                  "cached_tokens": int},
      "error": str, "tool_status": "ok" | "failed" | "stopped" | "denied", "duration_s": float, "display_text": str,
+     "structured": {...},                                    # a tool's result as a JSON object, where it gave one
      "attachments": [{"kind": "image" | "document", "name": str, "note": str, "text": str,
                       "data": standard base64 of the bytes}],
      "thinking": str,                                        # a reasoning model's thought
@@ -27,7 +28,8 @@ message's own branch stands among them. Both are left out when there are none.
 
 A conversation's settings (what app/ui/persistence.py restores into the page's widgets when it is opened):
 
-    {"system_prompt": str, "tool_choice": str}               # each optional
+    {"system_prompt": str, "tool_choice": str,              # each optional
+     "tool_policies": {tool name: "auto" | "ask" | "never"}} # the user's run policies (app/tools/policy.py)
 
 A user's preferences (the last settings they chose, restored after a refresh; the `preferences` table):
 
@@ -53,6 +55,7 @@ from pydantic import (
 )
 
 from app.conversation import AnswerMetrics, Attachment, Message, ToolCall
+from app.tools.policy import RunPolicy
 
 
 def _from_base64(value: Any) -> Any:
@@ -107,6 +110,9 @@ class SettingsRecord(_OptionalSettings):
 
     system_prompt: str = Field(default="", max_length=100_000)
     tool_choice: str = Field(default="", max_length=200)  # "auto", "none", "required" or a tool's name
+    # The user's run policy per tool (registry name -> auto | ask | never), where it differs from the default.
+    tool_policies: dict[Annotated[str, Field(max_length=200)], RunPolicy] = Field(default_factory=dict,
+                                                                                   max_length=500)
 
 
 class PreferencesRecord(_OptionalSettings):
@@ -166,6 +172,7 @@ class MessageRecord(Record):
     tool_status: Literal["ok", "failed", "stopped", "denied"] | None = None
     duration_s: float | None = None
     display_text: str | None = None
+    structured: dict[str, Any] | None = None  # optional: records written before structured results have none
     attachments: list[AttachmentRecord] = Field(default_factory=list)
     thinking: str = ""
     # The other versions from this message on, each headed by its own message; and this message's place among them.

@@ -3,6 +3,10 @@
 The docstring's first paragraph tells the model what the tool does and each `Args:` line describes a parameter;
 the type hints become the JSON Schema the arguments are checked against. Return text (or anything JSON can
 encode); raise ToolError("...") for a failure the model should read. Restart the app to pick up changes.
+
+A tool that says nothing about its effects asks before each call (its run policy, app/tools/policy.py), as
+count_words below does; `@register_tool(hints=ToolHints.reader("Word count", open_world=False))` says it only
+reads, and then its calls run as the model makes them.
 """
 
 from __future__ import annotations

@@ -27,6 +27,8 @@ from referencing.exceptions import Unresolvable
 from transformers.utils import get_json_schema
 
 from app.conversation import Attachment
+from app.tools.questions import QuestionChannel
+from app.tools.questions import bind as bind_questions
 
 DEFAULT_TIMEOUT_S = 10.0
 MAX_OBSERVATION_CHARS = 8_000  # what the model is shown; the UI keeps the whole result
@@ -155,12 +157,14 @@ class RunningCall:
     timeout_s: float
     on_cancel: Callable[[], None] | None = None
     started: float = field(default_factory=time.perf_counter)
+    questions: QuestionChannel = field(default_factory=QuestionChannel)  # what the call asks the user mid-way
     _done: threading.Event = field(default_factory=threading.Event)
     _result: ToolResult | None = None
 
     @property
     def deadline(self) -> float:
-        return self.started + self.timeout_s
+        """When the call times out: its time limit, not counting the time it waited for the user's answers."""
+        return self.started + self.timeout_s + self.questions.waited_s
 
     def _finish(self, result: ToolResult) -> None:
         if not self._done.is_set():
@@ -174,7 +178,7 @@ class RunningCall:
         limit = remaining if timeout is None else min(timeout, remaining)
         if self._done.wait(max(0.0, limit)):
             return self._result
-        if time.perf_counter() >= self.deadline:
+        if time.perf_counter() >= self.deadline and self.questions.pending is None:
             # A Python thread cannot be killed: the call is abandoned and its eventual result ignored.
             self._finish(ToolResult(f"Error: {self.tool_name} timed out after {self.timeout_s:g} s.", ok=False))
             self._stop_work()
@@ -189,9 +193,12 @@ class RunningCall:
                 pass
 
     def cancel(self) -> ToolResult:
-        if not self._done.is_set():
-            self._stop_work()
+        running = not self._done.is_set()
+        # The result first: whatever the call does once told to stop (a cancelled question) comes too late.
         self._finish(ToolResult(f"Error: the user stopped {self.tool_name} before it finished.", ok=False))
+        if running:
+            self.questions.cancel()
+            self._stop_work()
         assert self._result is not None
         return self._result
 
@@ -297,6 +304,7 @@ class ToolRegistry:
             return running
 
         def run() -> None:
+            bind_questions(running.questions)  # a tool that asks the user finds its call's channel here
             try:
                 value = tool.function(**arguments)
                 if isinstance(value, ToolOutput):

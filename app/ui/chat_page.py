@@ -42,9 +42,9 @@ def answer_if_asked(
     tool_images: bool = False,
 ) -> None:
     """A page's chat loop: add the submitted message (text, or text and files from a chat_input that accepts
-    files) or take a Regenerate/Resend request, stream the answer, then redraw once so the sidebar (drawn before
-    this turn) reflects the new last message. `on_upload` also receives every uploaded document; `tool_images`:
-    show the model the pictures its tools made (plots)."""
+    files) or take a Regenerate/Resend request or the user's decisions on waiting tool calls, stream the answer,
+    then redraw once so the sidebar (drawn before this turn) reflects the new last message. `on_upload` also
+    receives every uploaded document; `tool_images`: show the model the pictures its tools made (plots)."""
     request = state.pop_turn_request(page)
     wants_answer = request is not None
     try:
@@ -65,20 +65,26 @@ def answer_if_asked(
         images = ImagePolicy(see=not (request and request.text_only), tool_images=tool_images)
         if request is not None and request.tool and tools is not None and request.tool in tools.registry.names:
             tools = replace(tools, choice=request.tool)  # an example prompt made for this tool
-        stream_turn(page, client, conversation, sidebar, tools, transform, images)
+        if request is not None and request.decisions is not None:  # the tool calls that waited: decided, answered
+            stream_turn(page, client, conversation, sidebar, tools, transform, images, request.decisions,
+                        request.running)
+        else:
+            stream_turn(page, client, conversation, sidebar, tools, transform, images)
     persistence.save(page, conversation)
     st.rerun()
 
 
 def user_message(submitted: Any, on_upload: attachments.OnUpload | None = None) -> Message | None:
     """The user's message from st.chat_input's value: a string, or (when it accepts files) an object with `text`
-    and `files` (uploads with `name` and `getvalue()`); None when nothing was sent. app/attachments.py makes the
-    message: a picture that cannot be used raises ImageError."""
+    and `files` (uploads with `name` and `getvalue()`), and maybe `attachments` made already (MCP resources,
+    app/ui/mcp_library.py); None when nothing was sent. app/attachments.py makes the message: a picture that
+    cannot be used raises ImageError."""
     if submitted is None:
         return None
     files = [] if isinstance(submitted, str) else list(getattr(submitted, "files", []) or [])
     uploads = [(upload.name, upload.getvalue()) for upload in files]
-    return attachments.user_message(_submitted_text(submitted), uploads, on_upload)
+    ready = [] if isinstance(submitted, str) else list(getattr(submitted, "attachments", []) or [])
+    return attachments.user_message(_submitted_text(submitted), uploads, on_upload, ready)
 
 
 def _submitted_text(submitted: Any) -> str:

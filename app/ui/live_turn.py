@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import closing
 from typing import TYPE_CHECKING, assert_never
 
@@ -14,7 +14,9 @@ from streamlit.delta_generator import DeltaGenerator
 from app.agent import (
     AnswerDone,
     ApprovalNeeded,
+    Decision,
     Notice,
+    QuestionAsked,
     TextDelta,
     ThinkingDelta,
     ToolCallFinished,
@@ -25,12 +27,14 @@ from app.agent import (
     TurnError,
     TurnEvent,
     Waiting,
+    resume_turn,
     run_turn,
 )
 from app.chat_format import ImagePolicy
 from app.clients.base import Client
 from app.conversation import Conversation, Message
-from app.ui import model_status, persistence, state
+from app.tools.registry import RunningCall, ToolRegistry
+from app.ui import approvals, model_status, persistence, questions, state
 from app.ui.messages import (
     THOUGHT_ICON,
     arguments,
@@ -61,6 +65,8 @@ def stream_turn(
     tools: ToolSettings | None = None,
     transform: Callable[[str], str] | None = None,
     images: ImagePolicy | None = None,
+    decisions: Mapping[str, Decision] | None = None,
+    running: Mapping[str, RunningCall] | None = None,
 ) -> None:
     """Stream a turn into an assistant bubble: text as it comes, a live card per tool call; each finished answer
     and tool result is saved to the page's stored conversation at once.
@@ -70,12 +76,25 @@ def stream_turn(
     run and makes this one raise inside its next render call; closing the event stream then cancels generation
     (or abandons the running tool) and the agent keeps what happened so far, marked stopped. The new run waits
     for that (state.wait_for_interrupted_turn) and so draws the stopped answer at once, with its metrics.
+
+    With `decisions` (the user's, on the tool calls that wait: app/ui/approvals.py), the turn goes on from those
+    calls instead (resume_turn); decisions it cannot take are shown on the cards, and nothing runs. `running`: the
+    calls that run already, which asked the user a question now answered (app/ui/questions.py).
     """
     with state.turn_running(), st.chat_message("assistant"):
         st.button("Stop", key=f"stop/{page}", icon=":material/stop_circle:", type="secondary",
                   help="Stop this answer: what it wrote so far is kept, marked Stopped.")
-        turn = LiveTurn(page, conversation, transform)
-        events = run_turn(client, conversation, sidebar.params, sidebar.system_prompt, tools=tools, images=images)
+        turn = LiveTurn(page, conversation, transform, decisions)
+        if decisions is None:
+            events = run_turn(client, conversation, sidebar.params, sidebar.system_prompt, tools=tools,
+                              images=images)
+        else:
+            try:
+                events = resume_turn(client, conversation, sidebar.params, sidebar.system_prompt, None,
+                                     tools or ToolSettings(ToolRegistry()), images, decisions, running)
+            except ValueError as exc:  # checked before anything runs: the cards stay, saying why
+                approvals.remember_problem(page, f"Nothing ran: {exc}.")
+                return
         status_drawn = 0.0
         with closing(events):
             for event in events:
@@ -91,8 +110,10 @@ class LiveTurn:
     method per event type. Make it and show() every event inside the turn's assistant bubble: tool cards and the
     slots below them are added to that bubble as the events come."""
 
-    def __init__(self, page: str, conversation: Conversation, transform: Callable[[str], str] | None) -> None:
+    def __init__(self, page: str, conversation: Conversation, transform: Callable[[str], str] | None,
+                 decisions: Mapping[str, Decision] | None = None) -> None:
         self.page = page
+        self.decisions = decisions  # the user's, on the calls this turn answers (kept if one asks a question)
         self.conversation = conversation
         self.transform = transform
         self.notices = st.container()
@@ -129,7 +150,9 @@ class LiveTurn:
             case ToolCallFinished():
                 self.on_call_finished(event)
             case ApprovalNeeded():
-                pass  # no page sets a tool to "ask" yet; the approval cards come with the page that does
+                self.on_approval_needed(event)
+            case QuestionAsked():
+                self.on_question(event)
             case TurnError():
                 self.on_error(event)
             case TurnDone():
@@ -206,6 +229,18 @@ class LiveTurn:
         self.after_tool = True
         self.body = st.empty()
         self.writing = st.empty()
+
+    def on_approval_needed(self, event: ApprovalNeeded) -> None:
+        """The turn pauses here; the page is drawn again at once, with the calls' cards (app/ui/approvals.py)."""
+        names = ", ".join(dict.fromkeys(call.name for call in event.calls))
+        st.caption(safe_markdown(f":material/front_hand: Waiting for you to decide on the call to {names}..."))
+
+    def on_question(self, event: QuestionAsked) -> None:
+        """The running call asks the user something: the turn pauses with the call running, kept in this session;
+        the page is drawn again at once with the question as a form (app/ui/questions.py)."""
+        questions.remember(self.page, event.call.id, event.running, self.decisions)
+        if self.card is not None:
+            self.card.update(label=safe_label(f"{event.call.name} asks you something..."), state="running")
 
     def on_error(self, event: TurnError) -> None:
         st.error(safe_markdown(event.message), icon=":material/error:")

@@ -1,6 +1,8 @@
 """MCP servers in the Tools sidebar: their tools for this session, each server's status, and Streamable HTTP
 servers a user adds for their own browser session (stdio servers, which run commands on this machine, only come
-from the administrator's mcp.json; added URLs go through the SSRF guard)."""
+from the administrator's mcp.json; added URLs go through the SSRF guard). A server that needs sign-in shows a
+"Sign in to ..." link; the browser comes back to app/ui/mcp_sign_in.py, and this tab looks every few seconds until
+the sign-in has ended."""
 
 from __future__ import annotations
 
@@ -13,12 +15,18 @@ import streamlit as st
 
 from app.config import McpSettings
 from app.mcp_client import HttpServer, McpConfigError, McpManager, ServerConnection, bearer_server, mcp_registry
-from app.tools.registry import ToolRegistry
+from app.mcp_client.config import policy_defaults as config_policy_defaults
+from app.storage.errors import StorageError
+from app.tools.policy import PolicyDefaults
+from app.tools.registry import ToolError, ToolRegistry
+from app.ui import persistence
 
 _SESSION_KEY = "_mcp_session_servers"
 _NOTICE_KEY = "mcp.notice"
 _NEW = ("mcp.new.name", "mcp.new.url", "mcp.new.token")  # the add form's fields
-_ICONS = {"connected": ":material/check_circle:", "error": ":material/error:", "idle": ":material/pending:"}
+_ICONS = {"connected": ":material/check_circle:", "error": ":material/error:", "idle": ":material/pending:",
+          "sign-in": ":material/login:"}
+_SIGN_IN_POLL_S = 2.0  # while a sign-in is in progress (in another tab), how often this tab looks whether it ended
 _MARKDOWN = re.compile(r"([\\`*_{}\[\]()<>#+!|~-])")
 
 
@@ -47,7 +55,7 @@ class _SessionServers:
             self._registered_with[:] = [weakref.ref(mcp)]
             for name, spec in list(self.specs.items()):
                 try:
-                    mcp.add_server(self.owner, name, spec)
+                    mcp.add_server(self.owner, name, spec, user=persistence.owner())
                 except McpConfigError:  # e.g. DEMO_BROWSER_ALLOW no longer allows it
                     del self.specs[name]
         return mcp.connections(self.owner)
@@ -65,6 +73,11 @@ def _session() -> _SessionServers:
     return st.session_state[_SESSION_KEY]
 
 
+def connections() -> list[ServerConnection]:
+    """This session's servers: the configured ones and those it added (not connected from here)."""
+    return _session().connections(manager())
+
+
 def tools(taken: Iterable[str]) -> ToolRegistry:
     """This session's MCP tools (configured servers and its own), named not to clash with `taken`; connects and
     lists where needed, so a server that died is restarted here."""
@@ -78,6 +91,11 @@ def tools(taken: Iterable[str]) -> ToolRegistry:
         with st.spinner("Connecting to MCP servers..."):
             mcp.refresh(connections)
     return mcp_registry(mcp, connections, taken)
+
+
+def policy_defaults() -> PolicyDefaults:
+    """The run policies mcp.json sets for its servers' tools (app/tools/policy.py); none for servers users add."""
+    return config_policy_defaults({c.name: c.spec for c in manager().connections() if not c.owner})
 
 
 def render() -> None:
@@ -94,8 +112,16 @@ def render() -> None:
             whose = "added by you" if status.owner else "mcp.json"
             st.markdown(f"{_ICONS[status.state]} **{plain(status.name)}** · {status.kind} · {whose}")
             st.caption(plain(status.message))
+            if status.sign_in_url:  # opens in a new tab; the authorization server sends it back to the app
+                st.link_button(f"Sign in to {status.name}", status.sign_in_url, icon=":material/login:",
+                               help="Opens the server's sign-in page. Your sign-in is kept, encrypted, for you alone.")
             if status.owner:
                 st.button("Remove", key=f"mcp.remove.{status.name}", on_click=_remove, args=(status.name,))
+            if status.signed_in:
+                st.button("Sign out", key=f"mcp.sign_out.{status.name}", on_click=_sign_out, args=(status.name,),
+                          help="Forget your sign-in to this server (kept, encrypted, until you do).")
+        if any(connection.status().state == "sign-in" for connection in connections):
+            _await_sign_in()
         if not connections:
             st.caption("No servers. An administrator lists them in mcp.json; you can add a Streamable HTTP server "
                        "for this session below.")
@@ -120,7 +146,7 @@ def _add() -> None:
         if not name or not url:
             raise McpConfigError("give the server a name and its URL.")
         spec = bearer_server(url, token)
-        connection = mcp.add_server(session.owner, name, spec)
+        connection = mcp.add_server(session.owner, name, spec, user=persistence.owner())
     except McpConfigError as exc:
         state[_NOTICE_KEY] = ("error", f"Not added: {exc}")
         return
@@ -130,6 +156,21 @@ def _add() -> None:
     state[_NOTICE_KEY] = ("success" if status.state == "connected" else "warning", f"Added {name}: {status.message}.")
     for key in _NEW:
         state[key] = ""
+
+
+@st.fragment(run_every=_SIGN_IN_POLL_S)
+def _await_sign_in() -> None:
+    """While one of this session's servers waits for a sign-in (finished in the tab the authorization server sends
+    back to the app), redraw the whole page once none does: its tools then appear."""
+    if not any(connection.status().state == "sign-in" for connection in _session().connections(manager())):
+        st.rerun()
+
+
+def _sign_out(name: str) -> None:
+    try:
+        manager().sign_out(_session().owner, name)
+    except (ToolError, StorageError) as exc:
+        st.session_state[_NOTICE_KEY] = ("error", f"Not signed out: {exc}")
 
 
 def _remove(name: str) -> None:

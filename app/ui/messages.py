@@ -5,15 +5,16 @@ looks the same while it streams and after the next rerun."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from typing import Literal
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
 
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
+from app.agent import ToolSettings, pending_calls
 from app.conversation import Conversation, Message, ToolCall
 from app.tools.browser import cited_sources
-from app.ui import message_actions, persistence
+from app.ui import approvals, message_actions, persistence
 from app.ui.line_breaks import keep_line_breaks
 from app.ui.safe_markdown import safe_label, safe_markdown
 
@@ -21,10 +22,13 @@ THOUGHT_ICON = ":material/psychology:"
 
 
 @persistence.shown_safely  # a stored conversation that cannot be drawn says why instead of stopping the page
-def render_history(page: str, conversation: Conversation, transform: Callable[[str], str] | None = None) -> None:
+def render_history(page: str, conversation: Conversation, transform: Callable[[str], str] | None = None,
+                   tools: ToolSettings | None = None) -> None:
     """User messages in their own bubbles; everything the assistant did for one question (answers, tool calls and
-    their results) in one assistant bubble. Each bubble ends with its actions (app/ui/message_actions.py)."""
+    their results) in one assistant bubble. Each bubble ends with its actions (app/ui/message_actions.py). Calls
+    that wait for the user show as approval cards (app/ui/approvals.py) over the page's `tools`."""
     results = {m.tool_call_id: m for m in conversation.messages if m.role == "tool"}
+    waiting = pending_calls(conversation)
     messages = conversation.messages
     index = 0
     while index < len(messages):
@@ -40,12 +44,14 @@ def render_history(page: str, conversation: Conversation, transform: Callable[[s
             after_tool = False
             while index < len(messages) and messages[index].role in ("assistant", "tool"):
                 if messages[index].role == "assistant":
-                    _render_answer(messages[index], results, transform, after_tool=after_tool)
+                    _render_answer(messages[index], results, transform, after_tool=after_tool, waiting=waiting)
                     after_tool = bool(messages[index].tool_calls)
                 else:
                     turn_results.append(messages[index])
                 index += 1
             _sources(turn_results)
+            if waiting and index == len(messages):
+                approvals.render(page, conversation, waiting, tools)
             message_actions.answer_actions(page, conversation, head, index - 1)
 
 
@@ -81,7 +87,7 @@ def model_answer_mark() -> None:
 
 def _render_answer(
     message: Message, results: dict[str | None, Message], transform: Callable[[str], str] | None = None,
-    after_tool: bool = False,
+    after_tool: bool = False, waiting: Sequence[ToolCall] = (),
 ) -> None:
     if message.thinking:
         with st.expander(thought_label(message), icon=THOUGHT_ICON):
@@ -106,6 +112,8 @@ def _render_answer(
         metrics_caption(message)
     for call in message.tool_calls:
         result = results.get(call.id)
+        if result is None and call in waiting:
+            continue  # its approval card follows the answer
         with st.status(card_label(call, result), state=card_state(result), expanded=False):
             arguments(call)
             if result is not None:
@@ -122,7 +130,10 @@ def card_label(call: ToolCall, result: Message | None) -> str:
     if result is None:
         return safe_label(f"{call.name} · no result")
     took = f" · {result.duration_s:.2f} s" if result.duration_s is not None else ""
-    outcome = {"stopped": " · stopped", "failed": " · failed"}.get(result.tool_status or "", "")
+    outcome = {"stopped": " · stopped", "failed": " · failed", "denied": " · declined"}.get(result.tool_status or "",
+                                                                                          "")
+    if call.edited_from is not None:
+        outcome += " · edited"
     return safe_label(f"{call.name}{outcome} → {result_summary(result)}{took}")
 
 
@@ -139,19 +150,30 @@ def card_state(result: Message | None) -> Literal["complete", "error"]:
 
 
 def arguments(call: ToolCall) -> None:
-    """A call's arguments, in its card."""
-    st.caption("Arguments")
-    code = call.arguments.get("code")
-    if list(call.arguments) == ["code"] and isinstance(code, str):
+    """A call's arguments, in its card; where the user edited them, what ran and, below, what the model wrote."""
+    st.caption("Arguments, as you edited them" if call.edited_from is not None else "Arguments")
+    _arguments_code(call.arguments)
+    if call.edited_from is not None:
+        st.caption("The model's arguments")
+        _arguments_code(call.edited_from)
+
+
+def _arguments_code(arguments: dict[str, Any]) -> None:
+    code = arguments.get("code")
+    if list(arguments) == ["code"] and isinstance(code, str):
         st.code(code, language="python", wrap_lines=True)  # a code tool: show the program, not escaped JSON
     else:
-        st.code(json.dumps(call.arguments, indent=2, ensure_ascii=False), language="json", wrap_lines=True)
+        st.code(json.dumps(arguments, indent=2, ensure_ascii=False), language="json", wrap_lines=True)
 
 
 def result_body(result: Message) -> None:
-    """A call's result, in its card: the full output when the model read a shortened one."""
+    """A call's result, in its card: the full output when the model read a shortened one, then the structured result
+    (where the tool gave one) as data: st.json shows a server's strings as text, never as markdown."""
     st.caption("Result")
     st.code(result.display_text or result.content, language="text", wrap_lines=True)
+    if result.structured is not None:
+        st.caption("Structured result")
+        st.json(result.structured, expanded=2)
 
 
 def tool_images(message: Message | None) -> None:

@@ -37,7 +37,7 @@ from app.storage import (
 )
 from app.storage.codec import encode_message_json
 from app.storage.schema import SettingsRecord
-from app.ui import state
+from app.ui import run_policies, state
 from app.ui.safe_markdown import safe_label, safe_markdown
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,8 @@ LOCAL_OWNER = "local"  # a demo on one's own machine: one user, every conversati
 QUERY_KEY = "c"
 _BINDING = "_binding"
 # Settings that belong to a conversation: restored into these widget keys when it is opened.
-SETTINGS_KEYS = {"system_prompt": "system_prompt", "tool_choice": "settings.{page}.choice"}
+SETTINGS_KEYS = {"system_prompt": "system_prompt", "tool_choice": "settings.{page}.choice",
+                 "tool_policies": run_policies.OVERRIDES_KEY}
 P = ParamSpec("P")
 
 

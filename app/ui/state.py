@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TypeVar
 
 import streamlit as st
 
+from app.agent import Decision
 from app.conversation import Conversation
+from app.tools.registry import RunningCall
 
 _PENDING_TURN = "_pending_turn"
 _TURN_LOCK = "_turn_lock"
@@ -47,12 +49,23 @@ class TurnRequest:
     page: str
     text_only: bool = False
     tool: str | None = None
+    # Go on with the turn whose tool calls wait for the user (app/agent.py resume_turn), as decided: by call id;
+    # `running`: its calls that run already (they asked the user a question, now answered).
+    decisions: Mapping[str, Decision] | None = None
+    running: Mapping[str, RunningCall] | None = None
 
 
 def request_turn(page: str, text_only: bool = False, tool: str | None = None) -> None:
     """Ask the page to answer the conversation's last user message on this run (Regenerate, an edit, an
     example prompt)."""
     st.session_state[_PENDING_TURN] = TurnRequest(page, text_only, tool)
+
+
+def request_resume(page: str, decisions: Mapping[str, Decision],
+                   running: Mapping[str, RunningCall] | None = None) -> None:
+    """Ask the page to go on with its waiting tool calls on this run, as the user decided (app/ui/approvals.py) or
+    answered (app/ui/questions.py)."""
+    st.session_state[_PENDING_TURN] = TurnRequest(page, decisions=dict(decisions), running=dict(running or {}))
 
 
 def turn_requested(page: str) -> bool:

@@ -1,5 +1,5 @@
 """The Tools section of the sidebar: which tools the model may use (the page's own and those of MCP servers),
-tool choice, dialect and round limit."""
+each with its run policy next to its switch (app/ui/run_policies.py), tool choice, dialect and round limit."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from app.clients.base import Client
 from app.dialects import DIALECTS
 from app.tools import load_tools
 from app.tools.registry import Tool, ToolRegistry
-from app.ui import mcp_settings, sidebar
+from app.ui import mcp_settings, run_policies, sidebar
 from app.ui.safe_markdown import safe_label
 
 KEPT_PREFIX = "settings."  # app/main.py keeps widget values under this prefix while another page is shown
@@ -28,13 +28,17 @@ def render(client: Client | None, page: str, registry: ToolRegistry | None = Non
         for tool in registry:  # defaults through session state only: app/main.py re-assigns these keys
             st.session_state.setdefault(f"{KEY_PREFIX}enabled.{tool.name}", True)
         st.session_state.setdefault(f"{KEY_PREFIX}max_rounds", DEFAULT_MAX_ROUNDS)
-        enabled = [
-            tool.name
-            for tool in registry
-            if st.toggle(safe_label(tool.name), key=f"{KEY_PREFIX}enabled.{tool.name}", help=_help(tool))
-        ]
+        overrides = run_policies.overrides(page)
+        admin = mcp_settings.policy_defaults()
+        enabled, policies = [], {}
+        for tool in registry:
+            switch, policy = st.columns([3, 2], vertical_alignment="center", gap="small")
+            if switch.toggle(safe_label(tool.name), key=f"{KEY_PREFIX}enabled.{tool.name}", help=_help(tool)):
+                enabled.append(tool.name)
+            with policy:
+                policies[tool.name] = run_policies.select(page, tool, overrides, admin)
         mcp_settings.render()
-        choices = ["auto", "none", "required", *enabled]
+        choices = ["auto", "none", "required", *(name for name in enabled if policies[name] != "never")]
         if st.session_state.get(f"{KEY_PREFIX}choice", "auto") not in choices:
             st.session_state[f"{KEY_PREFIX}choice"] = "auto"  # the chosen tool was just switched off
         choice = st.selectbox(
@@ -70,6 +74,7 @@ def render(client: Client | None, page: str, registry: ToolRegistry | None = Non
         dialect=None if dialect == _AUTO else dialect,
         max_rounds=int(max_rounds),
         follow_up="auto" if native else "none",
+        policies={name: policies[name] for name in enabled},
     )
 
 

@@ -8,7 +8,7 @@ import streamlit as st
 from app.attachments import ATTACHMENT_TYPES
 from app.tools import load_tools
 from app.tools.sandbox import isolation
-from app.ui import sidebar, state, tool_settings, welcome
+from app.ui import approvals, mcp_library, sidebar, state, tool_settings, welcome
 from app.ui.chat_page import answer_if_asked, show_model
 from app.ui.client_cache import load_client
 from app.ui.messages import render_history
@@ -67,9 +67,11 @@ with st.expander("What the tools can do, and what the Python sandbox does and do
     )
 
 # Pinned to the bottom wherever it is called: called first, so that the welcome knows whether a message came.
-submitted = st.chat_input(welcome.PLACEHOLDERS[PAGE], submit_mode="disable",
-                          key="all_tools_input", accept_file="multiple", file_type=ATTACHMENT_TYPES)
-conversation_box = render_history(PAGE, conversation, tools_of_session.browser.link_citations)
+box = approvals.message_box(welcome.PLACEHOLDERS[PAGE], conversation)
+submitted = st.chat_input(box.placeholder, disabled=box.disabled, submit_mode="disable", key="all_tools_input",
+                          accept_file="multiple", file_type=ATTACHMENT_TYPES)
+submitted = mcp_library.render(PAGE, "all_tools_input", submitted)  # servers' prompts and resources
+conversation_box = render_history(PAGE, conversation, tools_of_session.browser.link_citations, tools)
 with conversation_box:  # the new message and the answer go on in it
     welcome.render(PAGE, conversation, tools, submitted=submitted)
     answer_if_asked(PAGE, submitted, conversation, client, settings, tools,

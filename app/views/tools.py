@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app.ui import sidebar, state, tool_settings, welcome
+from app.ui import approvals, mcp_library, sidebar, state, tool_settings, welcome
 from app.ui.chat_page import answer_if_asked, show_model
 from app.ui.client_cache import load_client
 from app.ui.messages import render_history
@@ -23,9 +23,10 @@ if client is not None:
     show_model(client, f" · tools described through {native}")
 
 # Pinned to the bottom wherever it is called: called first, so that the welcome knows whether a message came.
-prompt = st.chat_input(welcome.PLACEHOLDERS[PAGE], submit_mode="disable",
-                       key="tools_input")
-conversation_box = render_history(PAGE, conversation)
+box = approvals.message_box(welcome.PLACEHOLDERS[PAGE], conversation)
+prompt = st.chat_input(box.placeholder, disabled=box.disabled, submit_mode="disable", key="tools_input")
+prompt = mcp_library.render(PAGE, "tools_input", prompt)  # servers' prompts and resources; attaches the chosen ones
+conversation_box = render_history(PAGE, conversation, tools=tools)
 with conversation_box:  # the new message and the answer go on in it
     welcome.render(PAGE, conversation, tools, submitted=prompt)
     answer_if_asked(PAGE, prompt, conversation, client, settings, tools)

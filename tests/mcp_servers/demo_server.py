@@ -17,10 +17,12 @@ import threading
 from collections.abc import Callable
 from typing import Any, Literal
 
+from mcp import MCPError
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Image
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import EmbeddedResource, ResourceLink, TextContent, TextResourceContents
+from mcp.server.mcpserver.prompts.base import AssistantMessage, Prompt, PromptArgument, UserMessage
+from mcp.types import INTERNAL_ERROR, EmbeddedResource, ResourceLink, TextContent, TextResourceContents
 
 server = MCPServer("demo", log_level="CRITICAL")  # quiet: failing on purpose is what these tools are for
 _calls = 0  # tool calls this process has run: shows that refused arguments never reach the server
@@ -100,11 +102,7 @@ def fail() -> str:
 @server.tool()
 def picture() -> Image:
     """A small red picture."""
-    from PIL import Image as PILImage
-
-    buffer = io.BytesIO()
-    PILImage.new("RGB", (8, 6), (255, 0, 0)).save(buffer, "PNG")
-    return Image(data=buffer.getvalue(), format="png")
+    return Image(data=_png(), format="png")
 
 
 @server.tool()
@@ -115,6 +113,71 @@ def documents() -> list[TextContent | EmbeddedResource | ResourceLink]:
         EmbeddedResource(resource=TextResourceContents(uri="memo://one", text="The first memo.")),
         ResourceLink(uri="memo://two", name="second-memo", description="The second memo."),
     ]
+
+
+# ----- prompts and resources ----------------------------------------------------------------------------------
+
+@server.prompt(title="Code review")
+def review(code: str, language: str = "python") -> str:
+    """Ask for a review of some code."""
+    return f"Please review this {language} code:\n\n{code}"
+
+
+@server.prompt()
+def tour(place: str) -> list[Any]:
+    """A conversation to start from: a question, an example answer and a picture (which a message box cannot
+    take)."""
+    return [UserMessage(f"Plan a day in {place}."), AssistantMessage("Start with breakfast by the river."),
+            UserMessage(Image(data=_png(), format="png"))]
+
+
+@server.prompt()
+def broken(topic: str) -> str:
+    """Fail on every request, as a buggy server does."""
+    raise MCPError(INTERNAL_ERROR, f"the prompt about {topic} is out of order")
+
+
+# A prompt no person could fill in: five hundred arguments.
+server.add_prompt(Prompt(name="sprawling", description="Too many arguments.", fn=lambda **values: "unused",
+                         arguments=[PromptArgument(name=f"field_{n}", required=n < 3) for n in range(500)]))
+# And one that names the same argument twice.
+server.add_prompt(Prompt(name="muddled", description="The same argument twice.", fn=lambda **values: "unused",
+                         arguments=[PromptArgument(name="topic", required=True), PromptArgument(name="topic")]))
+
+
+@server.resource("memo://readme", name="readme", title="The demo server's readme", mime_type="text/plain",
+                 description="How this server works.")
+def readme() -> str:
+    return "The demo server answers from tests/mcp_servers/demo_server.py. Remember the word PELICAN."
+
+
+@server.resource("image://red", name="red-square", mime_type="image/png", description="A small red picture.")
+def red_square() -> bytes:
+    return _png()
+
+
+@server.resource("blob://data", name="raw-data", mime_type="application/octet-stream")
+def raw_data() -> bytes:
+    return bytes(range(256)) * 4
+
+
+@server.resource("memo://huge", name="huge", mime_type="text/plain", description="More than an upload may be.")
+def huge() -> str:
+    return "x" * (21 * 2**20)
+
+
+@server.resource("memo://notes/{topic}", name="notes", mime_type="text/plain")
+def notes(topic: str) -> str:
+    """Notes about any topic."""
+    return f"Notes about {topic}: none yet."
+
+
+def _png() -> bytes:
+    from PIL import Image as PILImage
+
+    buffer = io.BytesIO()
+    PILImage.new("RGB", (8, 6), (255, 0, 0)).save(buffer, "PNG")
+    return buffer.getvalue()
 
 
 def _guarded(app: Any, token: str) -> Any:

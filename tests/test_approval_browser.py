@@ -1,0 +1,114 @@
+"""Approval cards in the real thing (`streamlit run` with SmolLM2, Chromium): the Tools page's "Count words" example
+calls count_words, which says nothing about its effects and so asks first. Its card survives a refresh; an
+approved, an edited and a refused call each show as such after a refresh. The README's approval-card screenshot
+is taken here."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.helpers import model_loaded, readme_screenshot, settle, streamlit_app
+from tests.test_page_browser import greedy
+
+
+@pytest.fixture(scope="module")
+def approval_app(smollm2_dir, browser, tmp_path_factory):
+    env = {**os.environ, "DEMO_MODEL": str(smollm2_dir), "HF_HUB_OFFLINE": "1",
+           "DEMO_DATABASE_URL": f"sqlite:///{tmp_path_factory.mktemp('approval-db')}/conversations.db"}
+    with streamlit_app(env, "streamlit-approval.log") as url:
+        yield url
+
+
+def count_words_waits(browser, url: str):
+    """A new session on the Tools page (greedy), the "Count words" example sent: the page once its card waits."""
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    page.goto(f"{url}/tools")
+    model_loaded(page)
+    greedy(page)
+    page.get_by_role("main").get_by_role("button", name="Count words").click()
+    card = approval_card(page)
+    expect(card).to_be_visible(timeout=180_000)
+    settle(page, page.get_by_role("main"))
+    return page
+
+
+def answer(page):
+    return page.get_by_test_id("stChatMessage").nth(1)
+
+
+def approval_card(page):
+    return answer(page).get_by_text(re.compile("count_words.* wants to run"))
+
+
+def refresh(page):
+    page.reload()
+    model_loaded(page)
+    settle(page, page.get_by_role("main"))
+
+
+def result_card(page):
+    return answer(page).get_by_test_id("stExpander").filter(
+        has_text="count_words").first
+
+
+def test_a_waiting_call_survives_a_refresh_and_runs_when_approved(approval_app, browser):
+    page = count_words_waits(browser, approval_app)
+    box = page.get_by_test_id("stChatInputTextArea")
+    expect(box).to_be_disabled()
+    assert "Run, Edit or Deny" in box.get_attribute("placeholder")
+    readme_screenshot(page, "approval.png")
+
+    refresh(page)  # saved with the conversation: it still waits
+    expect(approval_card(page)).to_be_visible()
+    answer(page).get_by_role("button", name="Run", exact=True).click()
+    expect(result_card(page)).to_contain_text(re.compile(r"count_words → \d+ words"), timeout=180_000)
+    settle(page, page.get_by_role("main"))
+    expect(page.get_by_test_id("stChatInputTextArea")).to_be_enabled()
+
+    refresh(page)
+    expect(result_card(page)).to_contain_text(re.compile(r"count_words → \d+ words"))
+    expect(approval_card(page)).to_have_count(0)
+    page.close()
+
+
+def test_edited_arguments_run_and_the_card_shows_both_after_a_refresh(approval_app, browser):
+    page = count_words_waits(browser, approval_app)
+    answer(page).get_by_role("button", name="Edit").click()
+    editor = page.get_by_role("textbox", name="Arguments (JSON)")
+    editor.fill('{"text": 42}')
+    page.get_by_role("button", name="Run with these arguments").click()
+    expect(page.get_by_test_id("stAlert").filter(has_text="Nothing ran")).to_be_visible(timeout=30_000)
+
+    answer(page).get_by_role("button", name="Edit").click()
+    editor = page.get_by_role("textbox", name="Arguments (JSON)")
+    editor.fill('{"text": "red green blue"}')
+    page.get_by_role("button", name="Run with these arguments").click()
+    expect(result_card(page)).to_contain_text("count_words · edited → 3 words, 14 characters", timeout=180_000)
+    settle(page, page.get_by_role("main"))
+
+    refresh(page)
+    card = result_card(page)
+    expect(card).to_contain_text("count_words · edited → 3 words, 14 characters")
+    card.get_by_text("count_words · edited").click()
+    expect(card).to_contain_text("Arguments, as you edited them")
+    expect(card).to_contain_text("The model's arguments")
+    page.close()
+
+
+def test_a_refused_call_shows_as_declined_after_a_refresh(approval_app, browser):
+    page = count_words_waits(browser, approval_app)
+    answer(page).get_by_role("button", name="Deny").click()
+    page.get_by_role("textbox", name="Why (optional, the model reads it)").fill("no counting today")
+    page.get_by_role("button", name="Deny the call").click()
+    expect(result_card(page)).to_contain_text("count_words · declined → The user declined to run this call: no "
+                                              "counting today", timeout=180_000)
+    settle(page, page.get_by_role("main"))
+
+    refresh(page)
+    expect(result_card(page)).to_contain_text("count_words · declined")
+    expect(page.get_by_test_id("stChatInputTextArea")).to_be_enabled()
+    page.close()
