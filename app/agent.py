@@ -459,8 +459,8 @@ def _run_tool(
                 break
             question = running.questions.pending
             if question is not None:
-                asked = True
                 yield QuestionAsked(call, question, running)
+                asked = True  # taken: whoever took it holds the call now (closed before that: it is stopped)
                 return None
             yield Waiting()
     finally:

@@ -9,6 +9,9 @@ import os
 import sys
 from pathlib import Path
 
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
+from playwright.sync_api import expect
+
 from tests.helpers import ARTIFACTS, model_loaded, readme_screenshot, streamlit_app
 from tests.test_browser import ask_with_a_forced_call
 
@@ -29,9 +32,7 @@ def test_the_model_calls_an_mcp_tool_and_answers_from_its_result(smollm2_dir, br
         sidebar.get_by_text("connected · 11 tools").wait_for(state="attached", timeout=60_000)  # in its section
         # paint says nothing about its effects, so it asks before each call: the user lets it run, for this
         # conversation, with the selector next to its switch.
-        sidebar.get_by_role("combobox", name="Run policy of paint").click()
-        page.get_by_role("option", name="Run", exact=True).click()
-        page.wait_for_timeout(1000)
+        choose(page, "Run policy of paint", "Run")
         # paint(color: "red" | "green" | "blue", coats: int, note: str): the call is constrained to that schema.
         answer = ask_with_a_forced_call(page, "paint", "Paint the kitchen wall blue, with two coats.")
         card = answer.get_by_test_id("stExpander").first
@@ -43,3 +44,21 @@ def test_the_model_calls_an_mcp_tool_and_answers_from_its_result(smollm2_dir, br
         page.mouse.move(700, 5)
         readme_screenshot(page, "mcp.png")
         page.close()
+
+
+def choose(page, label: str, option: str) -> None:
+    """Pick `option` in a selectbox. The sidebar may still be drawn again (a server connecting), which closes an
+    open list: then open it again."""
+    box = page.get_by_role("combobox", name=label)
+    for _ in range(5):
+        box.click()
+        try:
+            page.get_by_role("option", name=option, exact=True).click(timeout=5_000)
+            break
+        except PlaywrightTimeoutError:
+            page.keyboard.press("Escape")
+    else:
+        raise AssertionError(f"the option {option!r} never showed")
+    expect(page.get_by_test_id("stSelectbox").filter(has=page.get_by_role("combobox", name=label))).to_contain_text(
+        option, timeout=10_000)
+    page.wait_for_timeout(1000)  # the rerun that applies it

@@ -162,8 +162,15 @@ def test_a_question_goes_to_the_one_call_in_flight_and_never_to_a_guess():
                 assert isinstance(result, types.ElicitResult) and result.content == {"sure": True}
                 with anyio.CancelScope() as second, askers.calling(bob, second):
                     both = await question()
-                    assert isinstance(both, types.ErrorData) and "2 tool calls are running" in both.message
+                    assert isinstance(both, types.ErrorData) and "2 requests are running" in both.message
                     assert bob.pending is None and alice.pending is None
+                with anyio.CancelScope() as read, askers.calling(None, read):  # another user's prompt, say
+                    other = await question()
+                    assert isinstance(other, types.ErrorData) and "2 requests are running" in other.message
+                    assert alice.pending is None
+            with anyio.CancelScope() as read, askers.calling(None, read):  # alone, and no one watches it
+                unwatched = await question()
+                assert isinstance(unwatched, types.ErrorData) and "not a tool call a user watches" in unwatched.message
             group.cancel_scope.cancel()
 
     anyio.run(scenario)
@@ -176,6 +183,15 @@ def test_a_question_goes_to_the_one_call_in_flight_and_never_to_a_guess():
     ({"type": "object", "properties": {}}, "no fields"),
     ({"type": "string"}, "not an object"),
     ({"type": "object", "properties": {"n": {"type": "integer", "minimum": "zero"}}}, "not a valid JSON Schema"),
+    # What a widget would refuse, which would take the whole conversation's drawing down with it:
+    ({"type": "object", "properties": {"c": {"type": "string", "enum": [{"a": 1}, "b"]}}}, "offers no choice"),
+    ({"type": "object", "properties": {"c": {"type": "string", "enum": ["a", "a"]}}}, "offers no choice"),
+    ({"type": "object", "properties": {"c": {"type": "array", "items": {"enum": ["a"]}, "default": 5}}},
+     "not a list of choices"),
+    ({"type": "object", "properties": {"n": {"type": "integer", "minimum": 5, "maximum": 1}}}, "minimum above"),
+    ({"type": "object", "properties": {"n": {"type": "integer", "maximum": 3, "default": 9}}}, "outside its bounds"),
+    ({"type": "object", "properties": {"n": {"type": "integer", "maximum": 2**64}}}, "a form cannot hold"),
+    ({"type": "object", "properties": {"b": {"type": "boolean", "default": "yes"}}}, "not a boolean"),
 ])
 def test_forms_the_client_cannot_show_are_refused_with_a_reason(schema, problem):
     assert problem in (form_problem(schema) or "")

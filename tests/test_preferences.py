@@ -104,7 +104,7 @@ def test_upgrading_from_0001_keeps_the_conversations_and_adds_preferences(databa
 
         upgrade_to_head(engine)  # what open_database does when the app starts on the old database
         with engine.connect() as connection:
-            assert current_revision(connection) == head_revision() == "0003"
+            assert current_revision(connection) == head_revision()  # whatever came after, too
             differences = compare_metadata(MigrationContext.configure(connection), Base.metadata)
         assert [d for d in differences if not (d[0] == "add_index" and d[1].name == TRIGRAM_INDEX)] == []
         stored = store.get("alice", kept)

@@ -131,6 +131,20 @@ def test_a_pending_call_survives_a_new_session_and_can_be_answered_there(app, da
     assert stored(database).messages[2].tool_status in ("ok", "failed")  # ran (see the first test)
 
 
+def test_a_call_answered_in_another_tab_is_not_run_again_here(app, database):
+    ask_with(app, "count_words")
+    call_id = pending_call_id(app, database)
+    other = reopen(database)  # the same conversation in a second tab, its call waiting there too
+    other.button(key=f"approval_run/{PAGE}/{call_id}").click().run()
+    assert not other.exception and stored(database).messages[2].role == "tool"
+    count = len(stored(database).messages)
+
+    app.button(key=f"approval_run/{PAGE}/{call_id}").click().run()  # this tab has not seen that yet
+    assert not app.exception
+    assert any("changed in another tab" in e.value for e in app.error)
+    assert len(stored(database).messages) == count  # nothing ran twice
+
+
 def test_stop_ends_the_turn_without_running_the_call(app, database):
     ask_with(app, "count_words")
     app.button(key=f"approval_stop/{PAGE}").click().run()

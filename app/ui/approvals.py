@@ -28,9 +28,17 @@ TURN_PROBLEM = ""  # the key of a problem with the decisions as a whole (resume_
 
 def render(page: str, conversation: Conversation, calls: Sequence[ToolCall], tools: ToolSettings | None) -> None:
     """The waiting calls' cards, at the end of the answer that made them."""
+    if len({call.id for call in calls}) < len(calls):  # ids come from servers and imports: no card can tell them
+        st.error("These tool calls share an id, so they cannot be run or denied one by one: press Stop, then send "
+                 "your message again.", icon=":material/error:")
+        st.button("Stop", key=f"approval_stop/{page}", icon=":material/stop_circle:", on_click=_stop,
+                  args=(page, conversation))
+        return
     decisions = _decisions(page, calls)
     problems = _problems(page)
     asking = {call.id for call in tools.needs_approval(calls)} if tools is not None else {c.id for c in calls}
+    # While one call waits for an answer to its question, or the turn is about to go on, the others wait as they are.
+    frozen = questions.any_held(page) or state.turn_requested(page)
     for call in calls:
         if questions.held(page, call.id):
             questions.render(page, call)  # it runs, and asks the user something
@@ -42,15 +50,18 @@ def render(page: str, conversation: Conversation, calls: Sequence[ToolCall], too
             if problem := problems.get(call.id):
                 st.error(safe_markdown(problem), icon=":material/error:")
             decided = decisions.get(call.id)
-            if decided is None:
+            if frozen:
+                st.caption("Waits for the call above." if questions.any_held(page) else "Going on...")
+            elif decided is None:
                 _actions(page, conversation, call, tools)
             else:
                 _decided(page, call, decided)
     if problem := problems.get(TURN_PROBLEM):
         st.error(safe_markdown(problem), icon=":material/error:")
     st.button("Stop", key=f"approval_stop/{page}", icon=":material/stop_circle:", on_click=_stop,
-              args=(page, conversation), help="End this turn: the waiting calls do not run, and the model does not "
-              "go on. You can send a new message afterwards.")
+              args=(page, conversation), disabled=state.turn_requested(page),
+              help="End this turn: the waiting calls do not run, and the model does not go on. You can send a new "
+              "message afterwards.")
 
 
 @dataclass(frozen=True)
@@ -164,6 +175,8 @@ def _deny(page: str, conversation: Conversation, call: ToolCall, reason_key: str
 def _decide(page: str, conversation: Conversation, call: ToolCall, decision: Decision,
             tools: ToolSettings | None) -> None:
     """Take one decision; once every call that asks has one, the page goes on with the turn on this run."""
+    if questions.any_held(page) or state.turn_requested(page):
+        return  # drawn before the turn went on (or a call asked): the cards say so now
     decisions = _decision_map(page)
     decisions[call.id] = decision
     problems = _problem_map(page)

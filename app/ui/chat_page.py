@@ -15,7 +15,7 @@ from app.chat_format import ImagePolicy
 from app.clients.base import Client
 from app.conversation import Conversation, Message
 from app.media import ImageError
-from app.ui import model_status, persistence, state
+from app.ui import approvals, model_status, persistence, state
 from app.ui.live_turn import stream_turn
 from app.ui.messages import render_message
 from app.ui.safe_markdown import safe_markdown
@@ -65,7 +65,13 @@ def answer_if_asked(
         images = ImagePolicy(see=not (request and request.text_only), tool_images=tool_images)
         if request is not None and request.tool and tools is not None and request.tool in tools.registry.names:
             tools = replace(tools, choice=request.tool)  # an example prompt made for this tool
-        if request is not None and request.decisions is not None:  # the tool calls that waited: decided, answered
+        if request is not None and request.decisions is not None and persistence.changed_elsewhere(page):
+            # Another tab may have answered these calls already: running them here could run them twice.
+            approvals.remember_problem(page, "This conversation changed in another tab: nothing ran. Open it again "
+                                             "from the history to see where it stands.")
+            for running in (request.running or {}).values():
+                running.cancel()  # a call that asked a question here: its answer is no longer this tab's to give
+        elif request is not None and request.decisions is not None:  # the calls that waited: decided, answered
             stream_turn(page, client, conversation, sidebar, tools, transform, images, request.decisions,
                         request.running)
         else:

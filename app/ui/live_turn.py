@@ -94,14 +94,22 @@ def stream_turn(
                                      tools or ToolSettings(ToolRegistry()), images, decisions, running)
             except ValueError as exc:  # checked before anything runs: the cards stay, saying why
                 approvals.remember_problem(page, f"Nothing ran: {exc}.")
+                for call_id, handle in (running or {}).items():  # still running: this session holds them again
+                    questions.remember(page, call_id, handle, decisions)
                 return
         status_drawn = 0.0
-        with closing(events):
-            for event in events:
-                if time.monotonic() - status_drawn >= _STATUS_EVERY_S:  # the status fragment waits for the run
-                    model_status.refresh(client)
-                    status_drawn = time.monotonic()
-                turn.show(event)
+        try:
+            with closing(events):
+                for event in events:
+                    if time.monotonic() - status_drawn >= _STATUS_EVERY_S:  # the status fragment waits for the run
+                        model_status.refresh(client)
+                        status_drawn = time.monotonic()
+                    turn.show(event)
+        except BaseException:
+            # Stopped (Stop, a click, a closed or refreshed tab): closing the events recorded the answer so far and
+            # any call it stopped; stored now, so that a stopped call never looks like one still to be run.
+            persistence.save_interrupted(page, conversation)
+            raise
         model_status.refresh(client)
 
 

@@ -170,8 +170,10 @@ def result_body(result: Message) -> None:
     """A call's result, in its card: the full output when the model read a shortened one, then the structured result
     (where the tool gave one) as data: st.json shows a server's strings as text, never as markdown."""
     st.caption("Result")
-    st.code(result.display_text or result.content, language="text", wrap_lines=True)
-    if result.structured is not None:
+    text = result.display_text or result.content
+    st.code(text, language="text", wrap_lines=True)
+    # An SDK server's plain return value comes structured as {"result": value} too: no need to show it twice.
+    if result.structured is not None and result.structured != {"result": text}:
         st.caption("Structured result")
         st.json(result.structured, expanded=2)
 

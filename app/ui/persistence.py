@@ -267,6 +267,29 @@ def save(page: str, conversation: Conversation) -> bool:
     return False
 
 
+def save_interrupted(page: str, conversation: Conversation) -> None:
+    """Store what an interrupted turn left (the answer so far, a call marked stopped) from the run that is being
+    stopped: when the tab was closed or refreshed, no later run of this session comes to do it. Best effort: the
+    run is on its way out, and whatever Streamlit refuses now is logged."""
+    try:
+        save(page, conversation)
+    except BaseException:  # noqa: BLE001 - Streamlit's own stop signal too: the caller re-raises its own
+        log.warning("What an interrupted turn left could not be saved", exc_info=True)
+
+
+def changed_elsewhere(page: str) -> bool:
+    """Whether the stored conversation has moved on since this session last saved it (another tab answered its
+    waiting calls, say). False when it is not stored or cannot be read: then there is nothing to compare."""
+    bound, who = binding(page), owner()
+    if bound.conversation_id is None or who is None or bound.problem is not None:
+        return False
+    try:
+        stored = store().get(who, bound.conversation_id, with_messages=False)
+    except StorageError:
+        return False
+    return stored.version != bound.version or stored.message_count != len(bound.saved)
+
+
 def _save(page: str, conversation: Conversation, bound: Binding, prints: list[str]) -> None:
     db, who = store(), owner()
     assert who is not None

@@ -21,6 +21,7 @@ from app.conversation import ToolCall
 from app.tools.questions import Answer, answer
 from app.tools.registry import RunningCall
 from app.ui import state
+from app.ui.mcp_settings import plain
 from app.ui.safe_markdown import safe_label, safe_markdown
 
 _N = TypeVar("_N", int, float)
@@ -42,6 +43,10 @@ def remember(page: str, call_id: str, running: RunningCall, decisions: Mapping[s
 def held(page: str, call_id: str) -> bool:
     """Whether this session holds the call, which asked the user something (`render` shows where it stands)."""
     return call_id in _suspended(page)
+
+
+def any_held(page: str) -> bool:
+    return bool(_suspended(page))
 
 
 def cancel_all(page: str) -> None:
@@ -73,7 +78,10 @@ def render(page: str, call: ToolCall) -> None:
             fields = question.schema.get("properties", {})
             required = set(question.schema.get("required", []))
             for name, spec in fields.items():
-                _field(_key(page, call.id, name), name, spec, name in required)
+                try:
+                    _field(_key(page, call.id, name), name, spec, name in required)
+                except Exception:  # a form the checks let through but a widget refuses: a text field instead
+                    st.text_input(safe_label(name), key=_key(page, call.id, name) + "/text")
             with st.container(horizontal=True, gap="small"):
                 st.form_submit_button("Send", type="primary", icon=":material/send:", on_click=_send,
                                       args=(page, call.id, "accept"))
@@ -84,7 +92,7 @@ def render(page: str, call: ToolCall) -> None:
 def _field(key: str, name: str, spec: dict[str, Any], required: bool) -> None:
     """One answer field, drawn from its JSON Schema (MCP form mode: string, number, integer, boolean, enums)."""
     label = safe_label(str(spec.get("title") or name) + (" *" if required else ""))
-    help_text = str(spec.get("description") or "") or None
+    help_text = plain(str(spec.get("description") or "")[:1_000]) or None  # a server's words: never markdown
     default = spec.get("default")
     kind = spec.get("type")
     choices, titles = _choices(spec)
@@ -151,7 +159,8 @@ def _content(page: str, call_id: str, schema: dict[str, Any]) -> dict[str, Any]:
     """The form's values, leaving out the fields left empty."""
     content: dict[str, Any] = {}
     for name in schema.get("properties", {}):
-        value = st.session_state.get(_key(page, call_id, name))
+        key = _key(page, call_id, name)
+        value = st.session_state.get(key, st.session_state.get(key + "/text"))
         if value is None or value == "" or value == []:
             continue
         content[name] = value
