@@ -162,6 +162,17 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return new_database(request.getfixturevalue("postgres_admin_url"))
 
 
+@pytest.fixture
+def database(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """The app's conversation store for one test: a SQLite file of its own, named in DEMO_DATABASE_URL so that the
+    app (AppTest) writes there too."""
+    from app.storage import ConversationStore, open_database
+
+    url = f"sqlite:///{tmp_path / 'conversations.db'}"
+    monkeypatch.setenv("DEMO_DATABASE_URL", url)
+    return ConversationStore(open_database(url))
+
+
 # ----- the app in a real browser: `streamlit run` on 127.0.0.1, Debian's headless Chromium driven by Playwright ----
 
 CHROMIUM = "/usr/bin/chromium"

@@ -7,15 +7,7 @@ from __future__ import annotations
 import pytest
 
 from app.conversation import Attachment, Message
-from app.storage import ConversationStore, open_database
 from tests.helpers import open_app
-
-
-@pytest.fixture
-def database(monkeypatch, tmp_path) -> ConversationStore:
-    url = f"sqlite:///{tmp_path / 'conversations.db'}"
-    monkeypatch.setenv("DEMO_DATABASE_URL", url)
-    return ConversationStore(open_database(url))
 
 
 @pytest.fixture

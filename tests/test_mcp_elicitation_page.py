@@ -11,18 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from app.storage import ConversationStore, open_database
+from app.storage import ConversationStore
 from tests.helpers import open_app
 
 SERVER = Path(__file__).parent / "mcp_servers" / "asking_server.py"
 PAGE = "tools"
-
-
-@pytest.fixture
-def database(monkeypatch, tmp_path) -> ConversationStore:
-    url = f"sqlite:///{tmp_path / 'conversations.db'}"
-    monkeypatch.setenv("DEMO_DATABASE_URL", url)
-    return ConversationStore(open_database(url))
 
 
 @pytest.fixture

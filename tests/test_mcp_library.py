@@ -37,7 +37,6 @@ from app.mcp_client.resources import (
     template_variables,
 )
 from app.mcp_client.results import to_output
-from app.storage import ConversationStore, open_database
 from app.storage.codec import conversation_to_markdown, decode_message, encode_message
 from app.tools import load_tools
 from app.tools.registry import ToolError
@@ -291,13 +290,6 @@ def test_our_client_and_our_server_agree_on_the_newest_protocol(tmp_path):
 
 
 # ----- the Tools page ---------------------------------------------------------------------------------------------
-
-@pytest.fixture
-def database(monkeypatch, tmp_path) -> ConversationStore:
-    url = f"sqlite:///{tmp_path / 'conversations.db'}"
-    monkeypatch.setenv("DEMO_DATABASE_URL", url)
-    return ConversationStore(open_database(url))
-
 
 @pytest.fixture
 def tools_page(monkeypatch, tiny_model_dir, config_file, database):

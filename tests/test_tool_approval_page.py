@@ -10,17 +10,10 @@ import json
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app.storage import ConversationStore, open_database
+from app.storage import ConversationStore
 from tests.helpers import MAIN, open_app
 
 PAGE = "tools"
-
-
-@pytest.fixture
-def database(monkeypatch, tmp_path) -> ConversationStore:
-    url = f"sqlite:///{tmp_path / 'conversations.db'}"
-    monkeypatch.setenv("DEMO_DATABASE_URL", url)
-    return ConversationStore(open_database(url))
 
 
 @pytest.fixture
