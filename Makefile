@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 # This machine's pip config lists local indexes that may not exist; keep their warnings out of the log.
 QUIET_PIP := sed '/^WARNING: Location .file:/d'
 
-.PHONY: setup setup-vllm setup-vllm-cpu setup-llamacpp llama-server test-llamacpp run serve mcp lint test test-vllm test-newcomer bench model browser sandbox clean
+.PHONY: setup setup-vllm setup-vllm-cpu setup-llamacpp llama-server test-llamacpp run serve mcp compare lint test test-vllm test-newcomer bench model browser sandbox clean
 
 setup: $(STAMP) model sandbox
 
@@ -88,6 +88,18 @@ mcp:
 	@$(MAKE) --no-print-directory $(STAMP) sandbox >&2
 	@$(PY) -m app.mcp_server $(if $(HTTP),--http --host $(HOST) --port $(MCP_PORT)) \
 	  $(if $(API_KEY),--api-key $(API_KEY))
+
+# Every prompt of a JSONL file sent to several targets at once: a report of answers, figures and tool calls in
+# REPORT.json and REPORT.csv (python -m app.compare --help). PROMPTS and TARGETS default to the examples in
+# examples/compare/ (TARGETS= : the app's model at its defaults and at another temperature), REPORT to
+# compare-report; APPROVE="count_words" lets tools that ask first run. Offline, as the app: nothing is downloaded
+# unless DEMO_ALLOW_DOWNLOADS=1.
+PROMPTS ?= examples/compare/prompts.jsonl
+TARGETS ?= examples/compare/targets.json
+REPORT ?= compare-report
+compare: setup
+	@$(PY) -m app.compare --prompts $(PROMPTS) $(if $(TARGETS),--targets $(TARGETS)) --out $(REPORT) \
+	  $(foreach tool,$(APPROVE),--approve $(tool))
 
 # The Python tool runs its code inside bubblewrap (Linux; slirp4netns when it may use the network): install
 # Debian's packages when we can (root, or passwordless sudo). Without bubblewrap the app says how to install it

@@ -173,9 +173,10 @@ def test_opening_an_empty_database_migrates_it_to_head_once(database_url):
     engine = open_database(database_url)
     try:
         tables = set(inspect(engine).get_table_names())
-        assert {"conversations", "messages", "preferences", "api_responses", "mcp_tokens", "alembic_version"} <= tables
+        assert {"conversations", "messages", "preferences", "api_responses", "mcp_tokens", "compare_votes",
+                "alembic_version"} <= tables
         with engine.connect() as connection:
-            assert current_revision(connection) == head_revision() == "0004"
+            assert current_revision(connection) == head_revision() == "0005"
         assert schema_differences(engine) == []  # the migration creates exactly what the models declare
         if engine.dialect.name == "postgresql":
             assert TRIGRAM_INDEX in {index["name"] for index in inspect(engine).get_indexes("messages")}
@@ -184,7 +185,7 @@ def test_opening_an_empty_database_migrates_it_to_head_once(database_url):
         upgrade_to_head(engine)  # again: nothing to do, nothing lost
         open_database(database_url).dispose()
         with engine.connect() as connection:
-            assert current_revision(connection) == "0004"
+            assert current_revision(connection) == "0005"
         assert store.get("alice", kept).title == "kept"
     finally:
         engine.dispose()

@@ -1,9 +1,11 @@
-"""Saved conversations, the API server's stored responses (responses.py) and users' MCP sign-ins, encrypted
-(mcp_tokens.py): the only code that talks to the database (SQLAlchemy; SQLite by default, PostgreSQL by
-DEMO_DATABASE_URL; schema by Alembic migrations, applied when the database is opened)."""
+"""Saved conversations, the API server's stored responses (responses.py), users' MCP sign-ins, encrypted
+(mcp_tokens.py), and the Compare page's votes (compare_votes.py): the only code that talks to the database
+(SQLAlchemy; SQLite by default, PostgreSQL by DEMO_DATABASE_URL; schema by Alembic migrations, applied when the
+database is opened)."""
 
 from __future__ import annotations
 
+from app.storage.compare_votes import CompareVote, CompareVoteStore, VoteOutcome
 from app.storage.engine import open_database
 from app.storage.errors import (
     ConversationNotFound,
@@ -16,9 +18,10 @@ from app.storage.records import ConversationSummary, StoredConversation
 from app.storage.repository import ConversationStore
 from app.storage.responses import ResponseChainTooLong, ResponseNotFound, ResponseStore, StoredResponse
 
-__all__ = ["ConversationNotFound", "ConversationStore", "ConversationSummary", "ImportRejected", "ResponseChainTooLong",
-           "ResponseNotFound", "ResponseStore", "StorageError", "StoredConversation", "StoredResponse",
-           "UnreadableConversation", "VersionConflict", "default_store", "open_database"]
+__all__ = ["CompareVote", "CompareVoteStore", "ConversationNotFound", "ConversationStore", "ConversationSummary",
+           "ImportRejected", "ResponseChainTooLong", "ResponseNotFound", "ResponseStore", "StorageError",
+           "StoredConversation", "StoredResponse", "UnreadableConversation", "VersionConflict", "VoteOutcome",
+           "default_store", "open_database"]
 
 
 def default_store() -> ConversationStore:

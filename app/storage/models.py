@@ -2,7 +2,8 @@
 deletes the dropped ones; a database written before versions existed may still hold rows marked `deleted`), each
 holding one message as JSON text (app/storage/codec.py) and a lower-cased copy of its text for search; preferences
 hold each user's last settings; api_responses hold the API server's stored responses (app/storage/responses.py);
-mcp_tokens hold each user's sign-ins to MCP servers, encrypted (app/storage/mcp_tokens.py).
+mcp_tokens hold each user's sign-ins to MCP servers, encrypted (app/storage/mcp_tokens.py); compare_votes hold the
+votes of the Compare page (app/storage/compare_votes.py).
 The migrations in migrations/versions create exactly this; tests compare the two."""
 
 from __future__ import annotations
@@ -130,3 +131,27 @@ class McpTokenRow(Base):
     tokens: Mapped[str | None] = mapped_column(Text)
     client_info: Mapped[str | None] = mapped_column(Text)
     updated_at: Mapped[datetime]
+
+
+class CompareVoteRow(Base):
+    """One vote between two answers to the same prompt (app/storage/compare_votes.py). The two targets' labels and
+    the answers' figures have columns of their own, before the large JSON and text: the leaderboard reads only
+    those."""
+
+    __tablename__ = "compare_votes"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)  # a random UUID4
+    owner: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime]
+    verdict: Mapped[str] = mapped_column(String(16))  # "a", "b", "tie" or "both_bad"
+    label_a: Mapped[str] = mapped_column(String(200))
+    label_b: Mapped[str] = mapped_column(String(200))
+    metrics: Mapped[list[dict[str, Any]]] = mapped_column(JSON)  # the two answers' figures, A then B
+    targets: Mapped[list[dict[str, Any]]] = mapped_column(JSON)  # [{"label": ..., "settings": {...}}] for A and B
+    prompt: Mapped[str] = mapped_column(Text)
+    answers: Mapped[list[str]] = mapped_column(JSON)  # the two answers' text, A then B
+
+    __table_args__ = (
+        Index("ix_compare_votes_owner_created_at", "owner", "created_at"),  # one owner's votes, newest first
+        Index("ix_compare_votes_created_at", "created_at"),  # the leaderboard over every owner's, in order
+    )

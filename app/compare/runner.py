@@ -1,0 +1,214 @@
+"""The same conversation sent to several targets at once.
+
+Each target gets its own copy of the conversation and its own turn through the agent (app/agent.py: run_turn, with
+its own tool loop), on a thread of its own with its own cancel Event: their answers stream at the same time
+(targets that share a model share its engine, whose batching serves them together), and stopping one leaves the
+others running.
+
+A front end reads each target's events from its queue (`TargetRun.events`: the agent's TurnEvents, then one
+RunFinished), all of them at once with `Comparison.next_events`; `run_all` runs a comparison to its end for
+headless use. Each target's figures and tool-call checks are collected as its events pass (`TargetRun.result`).
+"""
+
+from __future__ import annotations
+
+import copy
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from contextlib import closing
+from dataclasses import dataclass, replace
+
+from app.agent import ToolSettings, TurnError, TurnEvent, run_turn
+from app.chat_format import ImagePolicy
+from app.clients.base import Client, ClientError
+from app.compare.results import ResultCollector, TargetResult
+from app.compare.targets import MAX_TARGETS, Target, TargetsError, check_targets
+from app.config import ModelSettings
+from app.conversation import Conversation
+
+ClientFor = Callable[[ModelSettings], Client]  # e.g. ClientPool.get: the (shared) client for a target's settings
+
+
+@dataclass(frozen=True)
+class RunFinished:
+    """The last item of a target's queue: its turn is over and `result` is final."""
+
+    result: TargetResult
+
+
+QueueItem = TurnEvent | RunFinished
+
+
+def tools_for(target: Target, tools: ToolSettings | None) -> ToolSettings | None:
+    """The tool settings a target's turn runs with: the shared ones, with the target's own tool choice where it has
+    one. ValueError when that choice cannot be honoured (a tool that is not on, or a call required of no tools)."""
+    choice = target.tool_choice
+    if choice is None or (choice == "auto" and tools is None):
+        return tools
+    if choice == "none":
+        return replace(tools, choice="none") if tools is not None else None
+    offered = tools.offered.names if tools is not None else []
+    if choice == "required" and not offered:
+        raise ValueError("tool_choice 'required' needs at least one tool, and no tool is on")
+    if choice not in ("auto", "required") and choice not in offered:
+        raise ValueError(f"tool_choice {choice!r} names a tool that is not on (on: {', '.join(offered) or 'none'})")
+    assert tools is not None
+    return replace(tools, choice=choice)
+
+
+class TargetRun:
+    """One target's turn on its own thread. `events` holds what the turn yields, then RunFinished."""
+
+    def __init__(self, index: int, target: Target, conversation: Conversation, client_for: ClientFor,
+                 tools: ToolSettings | None, images: ImagePolicy | None, signal: threading.Event) -> None:
+        self.index = index
+        self.target = target
+        self.conversation = copy.deepcopy(conversation)  # its own: the turn appends its answers and tool results
+        self.cancel = threading.Event()
+        self.events: queue.Queue[QueueItem] = queue.Queue()
+        self._client_for = client_for
+        self._images = images
+        self._signal = signal
+        self._finished = threading.Event()
+        self._problem: str | None = None  # why the target cannot run at all
+        try:
+            self._tools = tools_for(target, tools)
+        except ValueError as exc:
+            self._tools, self._problem = tools, str(exc)
+        self._collector = ResultCollector(target.label, self._tools.offered if self._tools is not None else None)
+        self._thread = threading.Thread(target=self._work, name=f"compare-{index}-{target.label[:20]}", daemon=True)
+
+    @property
+    def result(self) -> TargetResult:
+        """What the turn came to so far (final once `done`)."""
+        return self._collector.result
+
+    @property
+    def done(self) -> bool:
+        return self._finished.is_set()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop this target's answer (or its running tool) soon; the others go on. What it wrote so far is kept,
+        marked stopped."""
+        self.cancel.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until the turn is over; False if it is not within `timeout` seconds."""
+        return self._finished.wait(timeout)
+
+    def drain(self) -> list[QueueItem]:
+        """The events that arrived since the last drain, without waiting."""
+        items: list[QueueItem] = []
+        while True:
+            try:
+                items.append(self.events.get_nowait())
+            except queue.Empty:
+                return items
+
+    def _put(self, item: QueueItem) -> None:
+        self.events.put(item)
+        self._signal.set()
+
+    def _work(self) -> None:
+        collector = self._collector
+        try:
+            if self._problem is not None:
+                raise ClientError(self._problem)
+            client = self._client_for(self.target.settings)
+            if self.cancel.is_set():  # stopped while its model loaded: nothing to answer
+                collector.result.finish_reason = "cancelled"
+                return
+            turn = run_turn(client, self.conversation, self.target.params, self.target.system_prompt, self.cancel,
+                            self._tools, self._images)
+            with closing(turn):
+                for event in turn:
+                    collector.observe(event)
+                    self._put(event)
+        except Exception as exc:  # the model did not load, or a bug: this target fails, the others go on
+            text = str(exc) if isinstance(exc, ClientError) else f"{type(exc).__name__}: {exc}"
+            collector.error(text)
+            self._put(TurnError(text))
+        finally:
+            result = collector.finish()
+            self._put(RunFinished(result))
+            self._finished.set()
+
+
+class Comparison:
+    """Targets answering one conversation at once; started by `start_comparison`."""
+
+    def __init__(self, runs: list[TargetRun], signal: threading.Event) -> None:
+        self.runs = runs
+        self._signal = signal
+
+    @property
+    def done(self) -> bool:
+        return all(run.done for run in self.runs)
+
+    def stop(self, index: int) -> None:
+        self.runs[index].stop()
+
+    def stop_all(self) -> None:
+        for run in self.runs:
+            run.stop()
+
+    def close(self) -> None:
+        """Stop every target still running (a page that leaves a comparison closes it: its threads end soon)."""
+        self.stop_all()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for every target's turn to end; False if they have not within `timeout` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for run in self.runs:
+            if not run.wait(None if deadline is None else max(0.0, deadline - time.monotonic())):
+                return False
+        return True
+
+    def next_events(self, timeout: float | None = None) -> list[tuple[int, QueueItem]]:
+        """Every target's new events as (target index, event), waiting up to `timeout` seconds for the first (an
+        empty list when none came). A page calls this in its drawing loop."""
+        self._signal.wait(timeout)
+        self._signal.clear()  # before draining: anything put from now on sets it again
+        return [(run.index, item) for run in self.runs for item in run.drain()]
+
+    def results(self) -> list[TargetResult]:
+        return [run.result for run in self.runs]
+
+
+def start_comparison(targets: Sequence[Target], conversation: Conversation, client_for: ClientFor,
+                     tools: ToolSettings | None = None, images: ImagePolicy | None = None) -> Comparison:
+    """Start every target's turn on `conversation` (each on a copy) at once; returns at once. `client_for` gives the
+    client for a target's settings (a ClientPool's `get`: targets on equal settings share one); it is called on the
+    target's thread, so that loading one model does not hold up a target whose model is loaded. `tools`: the tools
+    every target may call (each with its own tool choice, `Target.tool_choice`, where it has one)."""
+    targets = list(targets)
+    check_targets(targets)
+    if len(targets) > MAX_TARGETS:  # check_targets says so too; kept next to the threads it limits
+        raise TargetsError(f"at most {MAX_TARGETS} targets")
+    signal = threading.Event()
+    runs = [TargetRun(index, target, conversation, client_for, tools, images, signal)
+            for index, target in enumerate(targets)]
+    for run in runs:
+        run.start()
+    return Comparison(runs, signal)
+
+
+def run_all(targets: Sequence[Target], conversation: Conversation, client_for: ClientFor,
+            tools: ToolSettings | None = None, images: ImagePolicy | None = None,
+            timeout_s: float | None = None) -> list[TargetResult]:
+    """Run a comparison to its end (headless): every target's result, in the targets' order. Past `timeout_s` every
+    target still running is stopped (its result says so); an interruption (Ctrl+C) stops them all too."""
+    comparison = start_comparison(targets, conversation, client_for, tools, images)
+    try:
+        if not comparison.wait(timeout_s):
+            comparison.stop_all()
+            comparison.wait()
+    except BaseException:
+        comparison.stop_all()
+        raise
+    return comparison.results()
