@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import threading
 import time
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Collection, Generator, Iterator, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -230,12 +230,11 @@ def resume_turn(
     `running`: the calls that were running already when the turn paused (a question, QuestionAsked), by call id:
     the turn waits for their results instead of running them again; they need no decision."""
     answer, waiting = _waiting(conversation)
-    if answer is None or not waiting:
-        raise ValueError("no tool calls are waiting for a decision")
     started = {call_id: handle for call_id, handle in (running or {}).items()
                if any(call.id == call_id for call in waiting)}
     decided = {call_id: decision for call_id, decision in decisions.items() if call_id not in started}
-    _check_decisions([call for call in waiting if call.id not in started], decided, tools)
+    check_decisions(conversation, tools, decided, started)
+    assert answer is not None
     turn = _Turn(client, conversation, params, system_prompt, cancel or threading.Event(), tools,
                  _image_policy(client, images or ImagePolicy()))
     return _loop(turn, _rounds_used(conversation), resumed=(answer, waiting, decided, started))
@@ -340,6 +339,16 @@ def _answer_call(registry: ToolRegistry, conversation: Conversation, call: ToolC
         call.edited_from, call.arguments = call.arguments, copy.deepcopy(decision.arguments)
     yield ToolCallStarted(call)
     return (yield from _run_tool(registry, conversation, call, cancel))
+
+
+def check_decisions(conversation: Conversation, tools: ToolSettings, decisions: Mapping[str, Decision],
+                    running: Collection[str] = ()) -> None:
+    """resume_turn's checks, without resuming: ValueError when they fail (see resume_turn). `running`: the ids of
+    the calls that run already (they need no decision)."""
+    answer, waiting = _waiting(conversation)
+    if answer is None or not waiting:
+        raise ValueError("no tool calls are waiting for a decision")
+    _check_decisions([call for call in waiting if call.id not in running], decisions, tools)
 
 
 def _check_decisions(waiting: list[ToolCall], decisions: Mapping[str, Decision], tools: ToolSettings) -> None:

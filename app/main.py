@@ -22,6 +22,7 @@ pages = {
     "chat": st.Page(_PAGES_DIR / "chat.py", title="Chat", icon=":material/chat:", default=True),
     "tools": st.Page(_PAGES_DIR / "tools.py", title="Tools", icon=":material/build:"),
     "all_tools": st.Page(_PAGES_DIR / "all_tools.py", title="All Tools", icon=":material/handyman:"),
+    "compare": st.Page(_PAGES_DIR / "compare.py", title="Compare", icon=":material/view_column:"),
 }
 # Streamlit forgets a widget's value when a run does not draw it; keep page settings across page switches.
 for key in [k for k in st.session_state if isinstance(k, str) and k.startswith(KEPT_PREFIX)]:
@@ -34,5 +35,6 @@ persistence.open_from_url(page_name, conversation)  # a refresh or a link reopen
 persistence.save(page_name, conversation)  # what the last run changed (a stopped answer, Regenerate, Resend)
 mcp_sign_in.finish_from_url()  # back from an MCP server's sign-in page, with ?code=...&state=...
 sidebar.render()
-history.render(page_name, conversation)
+if page_name != "compare":  # its panes are not one conversation; "Continue in Chat" saves one
+    history.render(page_name, conversation)
 current.run()

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from app.agent import AnswerDone, TextDelta, ToolSettings, TurnDone, TurnError
+from app.agent import AnswerDone, Decision, TextDelta, ToolSettings, TurnDone, TurnError
 from app.clients.base import ClientError, Delta, GenerationParams
 from app.compare.clients import ClientPool
 from app.compare.runner import RunFinished, run_all, start_comparison
@@ -266,8 +266,10 @@ def test_targets_on_the_same_model_share_one_client_loaded_once():
     client = pool.loaded()[same]
     assert sorted(r.answer for r in results) == ["Hello.", "Hi."]
     assert sorted(request.params.temperature for request in client.requests) == [0.0, 1.0]
-    pool.get(settings("other"))
+    other = pool.get(settings("other"))
     assert loads == [same, settings("other")]
+    assert pool.unload(settings("other")) and other.closed and list(pool.loaded()) == [same]
+    assert not pool.unload(settings("other"))  # gone already
     pool.close()
     assert client.closed and pool.loaded() == {}
 
@@ -362,3 +364,79 @@ def test_a_target_stopped_while_its_model_loads_answers_nothing():
     assert comparison.wait(10)
     [result] = comparison.results()
     assert (result.stopped, result.answer, result.error, client.requests) == (True, "", None, [])
+
+
+def asks_first() -> ToolSettings:
+    return ToolSettings(registry.subset(["count_words"]), choice="count_words", policies={"count_words": "ask"})
+
+
+def test_a_pane_whose_calls_waited_goes_on_alone_once_decided():
+    first = ScriptedClient([call_reply(ToolCall("count_words", {"text": "one two"})), text_reply("Two words.")])
+    second = ScriptedClient([call_reply(ToolCall("count_words", {"text": "a b c"})), text_reply("Three.")])
+    client_for = clients_by_name(first=first, second=second)
+    comparison = start_comparison([target("first"), target("second")], question(), client_for, asks_first())
+    assert comparison.wait(10)
+    waiting = [run.waiting for run in comparison.runs]
+    assert [len(calls) for calls in waiting] == [1, 1]
+    with pytest.raises(ValueError, match="no waiting tool call"):  # refused at once, nothing runs
+        comparison.resume(0, {"nope": Decision("run")}, client_for)
+    with pytest.raises(ValueError, match="needs a decision"):
+        comparison.resume(0, {}, client_for)
+
+    comparison.resume(0, {waiting[0][0].id: Decision("run")}, client_for)
+    assert comparison.wait(10)
+    done, still = comparison.runs
+    assert [m.role for m in done.conversation.messages] == ["user", "assistant", "tool", "assistant"]
+    assert done.result.answer == "Two words." and len(done.result.generations) == 2
+    assert [(c.status, c.result) for c in done.result.calls] == [("ok", "2 words, 7 characters")]
+    assert still.waiting == waiting[1] and still.result.calls[0].status == "waiting"  # untouched
+
+    comparison.resume(1, {waiting[1][0].id: Decision("deny", reason="not now")}, client_for)
+    assert comparison.wait(10)
+    assert comparison.runs[1].result.calls[0].status == "denied"
+    assert comparison.runs[1].conversation.messages[2].content == "The user declined to run this call: not now"
+
+
+def test_each_target_can_go_on_from_its_own_conversation():
+    clients = {name: ScriptedClient([text_reply(f"{name} again.")]) for name in ("first", "second")}
+    histories = [Conversation([Message("user", "Hi"), Message("assistant", f"{name} said hi."),
+                               Message("user", "And now?")]) for name in ("first", "second")]
+    comparison = start_comparison([target("first"), target("second")], histories, clients_by_name(**clients))
+    assert comparison.wait(10)
+    for name, client in clients.items():
+        [request] = client.requests
+        assert [m["content"] for m in request.messages if m["role"] != "system"] == ["Hi", f"{name} said hi.",
+                                                                                     "And now?"]
+    assert [run.conversation.messages[-1].content for run in comparison.runs] == ["first again.", "second again."]
+    assert [len(h.messages) for h in histories] == [3, 3]  # each ran on a copy
+    with pytest.raises(ValueError, match="2 targets but 1 conversations"):
+        start_comparison([target("first"), target("second")], histories[:1], clients_by_name())
+
+
+def test_a_question_from_a_tool_is_declined_and_the_call_finishes():
+    from app.tools.questions import Question, current_channel
+    from app.tools.registry import ToolRegistry
+
+    asked: list[str] = []
+
+    def book_table(guests: int) -> str:
+        """Book a table.
+
+        Args:
+            guests: how many
+        """
+        channel = current_channel()
+        assert channel is not None
+        answer = channel.ask(Question("Which time?", {"type": "object", "properties": {"time": {"type": "string"}}}))
+        given = answer.answer.result(timeout=10)
+        asked.append(given.action)
+        return f"not booked: the user said {given.action}"
+
+    tools_registry = ToolRegistry()
+    tools_registry.register(book_table)
+    tools = ToolSettings(tools_registry, choice="book_table", policies={"book_table": "auto"})
+    client = ScriptedClient([call_reply(ToolCall("book_table", {"guests": 2})), text_reply("Sorry.")])
+    [result] = run_all([target("booker")], question(), clients_by_name(booker=client), tools, timeout_s=20)
+    assert asked == ["decline"]
+    assert [(c.status, c.result) for c in result.calls] == [("ok", "not booked: the user said decline")]
+    assert result.answer == "Sorry." and result.error is None

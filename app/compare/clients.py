@@ -46,6 +46,15 @@ class ClientPool:
         with self._lock:
             return dict(self._clients)
 
+    def unload(self, settings: ModelSettings) -> bool:
+        """Close the client for `settings` and forget it (its memory is freed); False when none is loaded."""
+        with self._lock:
+            client = self._clients.pop(settings, None)
+        if client is None:
+            return False
+        client.close()
+        return True
+
     def close(self) -> None:
         """Close every loaded client (their memory, their engine processes)."""
         with self._lock:

@@ -165,6 +165,11 @@ class ResultCollector:
         self.result.error = text
         self.result.finish_reason = "error"
 
+    def carry_on(self) -> None:
+        """The turn goes on (its waiting calls were decided): more events follow, the figures add up."""
+        self.result.done = False
+        self._writing = {}
+
     def finish(self) -> TargetResult:
         result = self.result
         result.total_time_s = time.perf_counter() - result.started

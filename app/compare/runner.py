@@ -16,19 +16,34 @@ import copy
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from contextlib import closing
 from dataclasses import dataclass, replace
 
-from app.agent import ToolSettings, TurnError, TurnEvent, run_turn
+from app.agent import (
+    Decision,
+    Notice,
+    QuestionAsked,
+    ToolSettings,
+    TurnError,
+    TurnEvent,
+    check_decisions,
+    pending_calls,
+    resume_turn,
+    run_turn,
+)
 from app.chat_format import ImagePolicy
 from app.clients.base import Client, ClientError
 from app.compare.results import ResultCollector, TargetResult
 from app.compare.targets import MAX_TARGETS, Target, TargetsError, check_targets
 from app.config import ModelSettings
-from app.conversation import Conversation
+from app.conversation import Conversation, ToolCall
+from app.tools.questions import Answer, answer
+from app.tools.registry import RunningCall, ToolRegistry
 
 ClientFor = Callable[[ModelSettings], Client]  # e.g. ClientPool.get: the (shared) client for a target's settings
+QUESTION_DECLINED = ("A tool asked a question in the middle of its call; a comparison declines such questions (ask "
+                     "it on the Tools page to answer).")
 
 
 @dataclass(frozen=True)
@@ -59,10 +74,14 @@ def tools_for(target: Target, tools: ToolSettings | None) -> ToolSettings | None
 
 
 class TargetRun:
-    """One target's turn on its own thread. `events` holds what the turn yields, then RunFinished."""
+    """One target's turn on its own thread. `events` holds what the turn yields, then RunFinished.
+
+    `decisions` (the user's, on the calls that wait for approval in `conversation`) makes it go on with that turn
+    (resume_turn) instead of starting one; `collector` then carries on the turn's figures and checks so far."""
 
     def __init__(self, index: int, target: Target, conversation: Conversation, client_for: ClientFor,
-                 tools: ToolSettings | None, images: ImagePolicy | None, signal: threading.Event) -> None:
+                 tools: ToolSettings | None, images: ImagePolicy | None, signal: threading.Event,
+                 decisions: dict[str, Decision] | None = None, collector: ResultCollector | None = None) -> None:
         self.index = index
         self.target = target
         self.conversation = copy.deepcopy(conversation)  # its own: the turn appends its answers and tool results
@@ -71,14 +90,33 @@ class TargetRun:
         self._client_for = client_for
         self._images = images
         self._signal = signal
+        self._decisions = decisions
         self._finished = threading.Event()
         self._problem: str | None = None  # why the target cannot run at all
         try:
             self._tools = tools_for(target, tools)
         except ValueError as exc:
             self._tools, self._problem = tools, str(exc)
-        self._collector = ResultCollector(target.label, self._tools.offered if self._tools is not None else None)
+        if collector is None:
+            collector = ResultCollector(target.label, self._tools.offered if self._tools is not None else None)
+        else:
+            collector.carry_on()
+        self._collector = collector
         self._thread = threading.Thread(target=self._work, name=f"compare-{index}-{target.label[:20]}", daemon=True)
+
+    @property
+    def tools(self) -> ToolSettings | None:
+        """The tool settings the turn runs with (the target's own tool choice applied)."""
+        return self._tools
+
+    @property
+    def collector(self) -> ResultCollector:
+        return self._collector
+
+    @property
+    def waiting(self) -> list[ToolCall]:
+        """Once the turn is over: the calls that wait for the user's approval (empty when none do)."""
+        return pending_calls(self.conversation) if self.done else []
 
     @property
     def result(self) -> TargetResult:
@@ -123,12 +161,23 @@ class TargetRun:
             if self.cancel.is_set():  # stopped while its model loaded: nothing to answer
                 collector.result.finish_reason = "cancelled"
                 return
-            turn = run_turn(client, self.conversation, self.target.params, self.target.system_prompt, self.cancel,
-                            self._tools, self._images)
-            with closing(turn):
-                for event in turn:
-                    collector.observe(event)
-                    self._put(event)
+            tools = self._tools or ToolSettings(ToolRegistry())
+            turn: Generator[TurnEvent, None, None] | None
+            if self._decisions is not None:
+                turn = resume_turn(client, self.conversation, self.target.params, self.target.system_prompt,
+                                   self.cancel, tools, self._images, self._decisions)
+            else:
+                turn = run_turn(client, self.conversation, self.target.params, self.target.system_prompt,
+                                self.cancel, self._tools, self._images)
+            while turn is not None:
+                asking = self._stream(turn)
+                turn = None
+                if asking is not None:  # nobody can answer it here: decline, and let the call finish
+                    answer(asking.asked, Answer("decline"))
+                    self._put(Notice(QUESTION_DECLINED))
+                    running: dict[str, RunningCall] = {asking.call.id: asking.running}
+                    turn = resume_turn(client, self.conversation, self.target.params, self.target.system_prompt,
+                                       self.cancel, tools, self._images, {}, running)
         except Exception as exc:  # the model did not load, or a bug: this target fails, the others go on
             text = str(exc) if isinstance(exc, ClientError) else f"{type(exc).__name__}: {exc}"
             collector.error(text)
@@ -137,6 +186,18 @@ class TargetRun:
             result = collector.finish()
             self._put(RunFinished(result))
             self._finished.set()
+
+    def _stream(self, turn: Generator[TurnEvent, None, None]) -> QuestionAsked | None:
+        """Pass the turn's events on; the question that paused it, if one did."""
+        asking = None
+        with closing(turn):  # closing the generator cancels what still runs
+            for event in turn:
+                self._collector.observe(event)
+                if isinstance(event, QuestionAsked):
+                    asking = event
+                else:
+                    self._put(event)
+        return asking
 
 
 class Comparison:
@@ -179,19 +240,41 @@ class Comparison:
     def results(self) -> list[TargetResult]:
         return [run.result for run in self.runs]
 
+    def resume(self, index: int, decisions: dict[str, Decision], client_for: ClientFor,
+               images: ImagePolicy | None = None) -> TargetRun:
+        """Go on with target `index`'s turn, whose calls waited for approval, as `decisions` says (run or deny, by
+        call id), on a new thread; the other targets are untouched. ValueError (before anything runs) when its turn
+        is still going, or the decisions do not fit the waiting calls (resume_turn's checks)."""
+        previous = self.runs[index]
+        if not previous.done:
+            raise ValueError(f"{previous.target.label!r} is still answering")
+        tools = previous.tools or ToolSettings(ToolRegistry())
+        check_decisions(previous.conversation, tools, decisions)  # refused here, not later on the thread
+        run = TargetRun(index, previous.target, previous.conversation, client_for, tools, images, self._signal,
+                        dict(decisions), previous.collector)
+        self.runs[index] = run
+        run.start()
+        return run
 
-def start_comparison(targets: Sequence[Target], conversation: Conversation, client_for: ClientFor,
-                     tools: ToolSettings | None = None, images: ImagePolicy | None = None) -> Comparison:
-    """Start every target's turn on `conversation` (each on a copy) at once; returns at once. `client_for` gives the
-    client for a target's settings (a ClientPool's `get`: targets on equal settings share one); it is called on the
-    target's thread, so that loading one model does not hold up a target whose model is loaded. `tools`: the tools
-    every target may call (each with its own tool choice, `Target.tool_choice`, where it has one)."""
+
+def start_comparison(targets: Sequence[Target], conversation: Conversation | Sequence[Conversation],
+                     client_for: ClientFor, tools: ToolSettings | None = None,
+                     images: ImagePolicy | None = None) -> Comparison:
+    """Start every target's turn on `conversation` (each on a copy; or a list, one conversation per target, each ending
+    with the same new user message: a page whose panes went on separately) at once; returns at once. `client_for`
+    gives the client for a target's settings (a ClientPool's `get`: targets on equal settings share one); it is
+    called on the target's thread, so that loading one model does not hold up a target whose model is loaded.
+    `tools`: the tools every target may call (each with its own tool choice, `Target.tool_choice`, where it has
+    one)."""
     targets = list(targets)
     check_targets(targets)
     if len(targets) > MAX_TARGETS:  # check_targets says so too; kept next to the threads it limits
         raise TargetsError(f"at most {MAX_TARGETS} targets")
+    conversations = [conversation] * len(targets) if isinstance(conversation, Conversation) else list(conversation)
+    if len(conversations) != len(targets):
+        raise ValueError(f"{len(targets)} targets but {len(conversations)} conversations")
     signal = threading.Event()
-    runs = [TargetRun(index, target, conversation, client_for, tools, images, signal)
+    runs = [TargetRun(index, target, conversations[index], client_for, tools, images, signal)
             for index, target in enumerate(targets)]
     for run in runs:
         run.start()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import streamlit as st
 
 from app.clients.base import Client, ClientError
@@ -10,14 +12,42 @@ from app.config import ModelSettings
 from app.ui.safe_markdown import safe_markdown
 
 
+class _Loaded:
+    """Which settings the cached client was loaded for (the Compare page counts its memory and shares it)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.clients: dict[ModelSettings, Client] = {}
+
+
+@st.cache_resource(show_spinner=False)
+def _loaded() -> _Loaded:
+    return _Loaded()
+
+
 def _release(client: Client) -> None:
+    loaded = _loaded()
+    with loaded.lock:
+        for settings in [s for s, c in loaded.clients.items() if c is client]:
+            del loaded.clients[settings]
     client.close()
 
 
 @st.cache_resource(max_entries=1, show_spinner=False, on_release=_release)
 def _cached_client(settings: ModelSettings) -> Client:
     # One entry: switching backend or model releases the previous one (its memory, its engine processes).
-    return create_client(settings)
+    client = create_client(settings)
+    loaded = _loaded()
+    with loaded.lock:
+        loaded.clients[settings] = client
+    return client
+
+
+def is_shared_loaded(settings: ModelSettings) -> bool:
+    """Whether the shared client is loaded for these settings (without loading it)."""
+    loaded = _loaded()
+    with loaded.lock:
+        return settings in loaded.clients
 
 
 def load_client(settings: ModelSettings) -> Client | None:

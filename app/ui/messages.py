@@ -44,7 +44,7 @@ def render_history(page: str, conversation: Conversation, transform: Callable[[s
             after_tool = False
             while index < len(messages) and messages[index].role in ("assistant", "tool"):
                 if messages[index].role == "assistant":
-                    _render_answer(messages[index], results, transform, after_tool=after_tool, waiting=waiting)
+                    render_answer(messages[index], results, transform, after_tool=after_tool, waiting=waiting)
                     after_tool = bool(messages[index].tool_calls)
                 else:
                     turn_results.append(messages[index])
@@ -71,7 +71,7 @@ def render_message(message: Message) -> DeltaGenerator:
             columns = st.columns(min(len(message.images), 4))
             for index, image in enumerate(message.images):
                 columns[index % len(columns)].image(image.data, caption=safe_markdown(image.name), width="content")
-        _render_answer(message, {})
+        render_answer(message, {})
     return bubble
 
 
@@ -85,7 +85,7 @@ def model_answer_mark() -> None:
     st.caption(":material/smart_toy: The model, after the result:")
 
 
-def _render_answer(
+def render_answer(
     message: Message, results: dict[str | None, Message], transform: Callable[[str], str] | None = None,
     after_tool: bool = False, waiting: Sequence[ToolCall] = (),
 ) -> None:

@@ -80,3 +80,11 @@ def render(defaults: GenerationDefaults, server_decides: bool = False) -> Sampli
     st.button("Reset to model defaults", on_click=_reset, args=(defaults,), key="reset_sampling",
               disabled=not changed, width="stretch")
     return values
+
+
+def set_values(defaults: GenerationDefaults, values: dict[str, float | int]) -> None:
+    """Put these values into the sliders (before they are drawn), for a model whose defaults are `defaults`: taken
+    as the user's choice, not re-derived when the model changes to that one."""
+    for name in SAMPLING_FIELDS:
+        st.session_state[name] = _in_range(name, values[name])
+    st.session_state[_APPLIED_KEY] = dict(defaults.values)

@@ -1,0 +1,94 @@
+"""The models the Compare page answers with. A target on the model picker's settings shares the client every page
+uses (app/ui/client_cache.py); any other target's model is loaded into the page's own pool, one per process like
+that client, so that two tabs comparing the same models load them once. Before a model is loaded its memory is
+checked (app/compare/memory.py): a target that would not fit is refused with the figures, never loaded until the
+machine swaps. The sidebar lists what is loaded, with its estimated memory and an Unload button."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import streamlit as st
+
+from app.clients.base import Client, ClientError
+from app.compare.clients import ClientPool
+from app.compare.memory import DoesNotFit, check_fit, describe_bytes, free_bytes, need_for
+from app.compare.targets import Target
+from app.config import ModelSettings
+from app.ui import sidebar
+from app.ui.client_cache import is_shared_loaded
+from app.ui.safe_markdown import safe_label, safe_markdown
+
+
+@st.cache_resource(show_spinner=False)
+def pool() -> ClientPool:
+    """The page's models, shared by every browser session of this process (as the picker's model is)."""
+    return ClientPool()
+
+
+class ModelsFor:
+    """Which client answers for which settings, in one run of the page: the model picker's (`shared`, loaded by
+    the page as every page loads it, or None when it failed) for its settings, the pool's for any other. Called on
+    the targets' threads: a pool model loads there, without holding up the targets whose model is loaded."""
+
+    def __init__(self, shared_settings: ModelSettings, shared: Client | None) -> None:
+        self.shared_settings = shared_settings
+        self.shared = shared
+        self.pool = pool()
+
+    def __call__(self, settings: ModelSettings) -> Client:
+        if settings == self.shared_settings:
+            if self.shared is None:
+                raise ClientError("the model picker's model did not load (the page says why above)")
+            return self.shared
+        return self.pool.get(settings)
+
+    def loaded(self) -> set[ModelSettings]:
+        loaded = set(self.pool.loaded())
+        if is_shared_loaded(self.shared_settings):
+            loaded.add(self.shared_settings)
+        return loaded
+
+
+def check_memory(targets: Sequence[Target], models: ModelsFor) -> str | None:
+    """Why these targets cannot all be loaded (the figures: what they need, what is free), or None when they fit."""
+    try:
+        check_fit([target.settings for target in targets], models.loaded())
+    except DoesNotFit as exc:
+        return str(exc)
+    return None
+
+
+def render_loaded(models: ModelsFor, busy: bool) -> None:
+    """In the sidebar: the models loaded for the page, each with its estimated memory, and the free memory. Unload
+    frees a model of the page's pool (not while this tab's comparison runs)."""
+    st.markdown("**Loaded models**")
+    shown = False
+    if is_shared_loaded(models.shared_settings):
+        need = need_for(models.shared_settings)
+        st.caption(safe_markdown(f"{sidebar.model_name(models.shared_settings)} · {_size(need.bytes)} "
+                                 f"{need.where} · the model picker's, shared with every page"), help=need.detail)
+        shown = True
+    for index, settings in enumerate(models.pool.loaded()):
+        need = need_for(settings)
+        text, button = st.columns([4, 1], vertical_alignment="center")
+        text.caption(safe_markdown(f"{sidebar.model_name(settings)} · {settings.backend} · {_size(need.bytes)} "
+                                   f"{need.where}"), help=need.detail)
+        button.button("", icon=":material/eject:", key=f"compare_unload/{index}", disabled=busy,
+                      help=safe_label(f"Unload {sidebar.model_name(settings)} and free its memory"),
+                      on_click=_unload, args=(models.pool, settings))
+        shown = True
+    if not shown:
+        st.caption("None yet: a target's model loads when you send.")
+    ram = free_bytes("RAM")
+    gpu = free_bytes("GPU")
+    free = [f"RAM {describe_bytes(ram)}" if ram is not None else "", f"GPU {describe_bytes(gpu)}" if gpu else ""]
+    st.caption("Free: " + ", ".join(part for part in free if part))
+
+
+def _unload(loaded: ClientPool, settings: ModelSettings) -> None:
+    loaded.unload(settings)
+
+
+def _size(value: int | None) -> str:
+    return f"≈ {describe_bytes(value)}" if value is not None else "size unknown"

@@ -1,0 +1,163 @@
+"""This browser session's comparison: a pane per target with its own conversation (every pane gets the same user
+messages; the answers, tool calls and results are each pane's own), the turn that is running (its threads go on
+across the page's reruns: a Stop click reruns the page, which goes on drawing the same turn), what each pane's
+running turn has shown so far, and the blind order of the panes."""
+
+from __future__ import annotations
+
+import copy
+import random
+from dataclasses import dataclass, field
+
+import streamlit as st
+
+from app.agent import (
+    AnswerDone,
+    ApprovalNeeded,
+    Notice,
+    QuestionAsked,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallFinished,
+    ToolCallStarted,
+    ToolCallWriting,
+    TurnDone,
+    TurnError,
+    Waiting,
+)
+from app.compare.results import TargetResult
+from app.compare.runner import Comparison, QueueItem, RunFinished
+from app.compare.targets import Target
+from app.conversation import Conversation, Message
+
+_KEY = "_compare_session"
+
+
+@dataclass
+class LivePane:
+    """What a pane's running turn has shown so far, read off its events."""
+
+    messages: list[Message] = field(default_factory=list)  # its finished answers and tool results
+    text: str = ""  # the answer being written
+    thinking: str = ""
+    writing: str = ""  # the call being written: "name(arguments so far)"
+    running_tool: str = ""
+    notices: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    finished: bool = False
+
+    def apply(self, item: QueueItem) -> None:
+        match item:
+            case TextDelta(text=text):
+                self.text += text
+            case ThinkingDelta(text=text):
+                self.thinking += text
+            case ToolCallWriting(name=name, arguments=arguments):
+                self.writing = f"{name}({arguments})"
+            case AnswerDone(message=message):
+                self.messages.append(message)
+                self.text = self.thinking = self.writing = ""
+            case ToolCallStarted(call=call):
+                self.running_tool = call.name
+            case ToolCallFinished(message=message):
+                self.messages.append(message)
+                self.running_tool = ""
+            case Notice(text=text):
+                self.notices.append(text)
+            case TurnError(message=text):
+                self.errors.append(text)
+            case RunFinished():
+                self.finished = True
+            case ApprovalNeeded() | QuestionAsked() | Waiting() | TurnDone():
+                pass
+
+
+@dataclass
+class Pane:
+    target: Target
+    conversation: Conversation = field(default_factory=Conversation)
+    live: LivePane | None = None  # while its turn runs (and until the page has taken in its end)
+    result: TargetResult | None = None  # its last turn's answer, figures and tool-call checks
+
+
+@dataclass
+class CompareSession:
+    panes: list[Pane] = field(default_factory=list)
+    comparison: Comparison | None = None
+    collected: bool = True  # the comparison's end has been taken into the panes
+    order: list[int] = field(default_factory=list)  # blind: the panes' indexes in the order shown
+    blind: bool = False  # this turn's panes are shown as A, B... until the vote
+    voted: str | None = None  # the verdict on the last turn
+    prompt: str = ""  # the last user message, as a vote stores it
+
+    @property
+    def running(self) -> bool:
+        return self.comparison is not None and not self.collected
+
+    def match(self, targets: list[Target]) -> None:
+        """Follow the sidebar's targets. A changed target keeps its pane's conversation (a new temperature goes on
+        from where the pane is); a different number of targets starts the comparison afresh."""
+        if len(targets) != len(self.panes):
+            self.panes = [Pane(target) for target in targets]
+            self.order, self.voted, self.prompt = list(range(len(targets))), None, ""
+            self.comparison, self.collected = None, True
+        else:
+            for pane, target in zip(self.panes, targets, strict=True):
+                pane.target = target
+
+    def start_turn(self, user: Message, blind: bool) -> list[Conversation]:
+        """Add the user's message to every pane; the conversations to answer."""
+        for pane in self.panes:
+            pane.conversation.add(copy.deepcopy(user))
+            pane.live, pane.result = LivePane(), None
+        self.prompt, self.voted, self.blind = user.content, None, blind
+        self.order = list(range(len(self.panes)))
+        if blind:
+            random.SystemRandom().shuffle(self.order)
+        self.collected = False
+        return [pane.conversation for pane in self.panes]
+
+    def take_events(self, items: list[tuple[int, QueueItem]]) -> set[int]:
+        """Apply drained events to the panes' live state; the panes that changed."""
+        changed = set()
+        for index, item in items:
+            live = self.panes[index].live
+            if live is not None:
+                live.apply(item)
+                changed.add(index)
+        return changed
+
+    def collect(self) -> None:
+        """The turn is over: each pane's conversation becomes its run's, its result the run's."""
+        assert self.comparison is not None
+        for pane, run in zip(self.panes, self.comparison.runs, strict=True):
+            if pane.live is not None:
+                pane.live.apply(RunFinished(run.result))
+            pane.conversation = copy.deepcopy(run.conversation)
+            pane.result, pane.live = run.result, None
+        self.collected = True
+
+    def resumed(self, index: int) -> None:
+        """Pane `index`'s waiting calls were decided: its turn goes on."""
+        self.panes[index].live = LivePane()
+        self.collected = False
+
+    def clear(self) -> None:
+        """A new comparison: the panes' conversations emptied (the targets stay)."""
+        if self.comparison is not None:
+            self.comparison.close()
+        self.panes = [Pane(pane.target) for pane in self.panes]
+        self.comparison, self.collected, self.voted, self.prompt = None, True, None, ""
+
+    def letter(self, index: int) -> str:
+        """The pane's letter in the order shown: A, B, C, D."""
+        position = self.order.index(index) if index in self.order else index
+        return "ABCD"[position]
+
+
+def current() -> CompareSession:
+    if _KEY not in st.session_state:
+        st.session_state[_KEY] = CompareSession()
+    return st.session_state[_KEY]
+
+

@@ -1,0 +1,111 @@
+"""Compare page: one message to two to four targets (backend, model, settings) at once, their answers side by side
+as they stream, each with its own Stop and figures; tool calls checked per target; a blind vote into a leaderboard;
+any pane's conversation taken on in Chat."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from app.agent import Decision, ToolSettings
+from app.attachments import ATTACHMENT_TYPES
+from app.chat_format import ImagePolicy
+from app.compare.runner import start_comparison
+from app.compare.targets import TargetsError
+from app.media import ImageError
+from app.ui import model_status, sidebar, tool_settings
+from app.ui.chat_page import user_message
+from app.ui.client_cache import load_client
+from app.ui.compare import handoff, models, panes, session, targets, votes
+from app.ui.safe_markdown import safe_markdown
+
+PAGE = "compare"
+_NOTICE = "_compare_notice"
+
+handoff.switch_if_asked()  # a pane's "Continue" was clicked: its conversation opens on its page
+side = sidebar.current()
+compare = session.current()
+
+st.title("Compare")
+st.caption("One message to every target at once: their answers stream side by side, each with its own Stop and "
+           "figures. Vote for the better one to build the leaderboard; continue with any of them in Chat.")
+
+with sidebar.page_section():
+    st.subheader("Compare")
+    st.session_state.setdefault("settings.compare.blind", True)
+    st.session_state.setdefault("settings.compare.tools", False)
+    blind = st.toggle("Blind vote", key="settings.compare.blind", disabled=compare.running,
+                      help="Panes are labelled A, B... in a random order until you vote; then they say who is who.")
+    use_tools = st.toggle("Tools", key="settings.compare.tools", disabled=compare.running,
+                          help="Every target may call the tools switched on below, each running its own tool loop.")
+tools: ToolSettings | None = tool_settings.render(None, PAGE) if use_tools else None
+with sidebar.page_section():
+    st.markdown("**Targets**")
+    chosen, problem = targets.render(side.model, tools.registry.names if tools is not None else [], compare.running)
+if not compare.running:
+    compare.match(chosen)
+
+shared = load_client(side.model) if any(t.settings == side.model for t in chosen) else None
+with sidebar.status_section():
+    model_status.render(shared)
+engines = models.ModelsFor(side.model, shared)
+with sidebar.page_section():
+    models.render_loaded(engines, busy=compare.running)
+
+images = ImagePolicy(see=True)
+
+
+def _stop(index: int) -> None:
+    if compare.comparison is not None:
+        compare.comparison.stop(index)
+
+
+def _decide(index: int, decisions: dict[str, Decision]) -> None:
+    if compare.comparison is None:
+        return
+    try:
+        compare.comparison.resume(index, decisions, engines, images)
+    except ValueError as exc:
+        st.session_state[_NOTICE] = f"Nothing ran: {exc}."
+        return
+    compare.resumed(index)
+
+
+submitted = st.chat_input("Send to every target...", key="compare_input", accept_file="multiple",
+                          file_type=ATTACHMENT_TYPES, submit_mode="disable",
+                          disabled=compare.running or problem is not None)
+if problem is not None:
+    st.warning(safe_markdown(f"**Targets not ready.** {problem}"), icon=":material/warning:")
+if (notice := st.session_state.pop(_NOTICE, None)) is not None:
+    st.warning(safe_markdown(notice), icon=":material/warning:")
+
+if submitted is not None and not compare.running and problem is None:
+    try:
+        message = user_message(submitted)
+    except ImageError as exc:
+        message = None
+        st.error(safe_markdown(f"**Not sent.** {exc}"), icon=":material/hide_image:")
+    too_big = models.check_memory(chosen, engines) if message is not None else None
+    if too_big is not None:
+        st.error(safe_markdown(f"**Not sent: a model would not fit.** {too_big}"), icon=":material/memory:")
+    elif message is not None:
+        try:
+            conversations = compare.start_turn(message, blind)
+            compare.comparison = start_comparison(chosen, conversations, engines, tools, images)
+        except (TargetsError, ValueError) as exc:
+            compare.collected = True
+            st.error(safe_markdown(f"**Not sent.** {exc}"), icon=":material/error:")
+
+revealed = not compare.blind or compare.voted is not None
+slots = panes.draw(compare, revealed, _stop, _decide, handoff.continue_with)
+if compare.running:
+    panes.stream(compare, slots)
+    compare.collect()
+    st.rerun()
+
+votes.render_vote(compare)
+panes.tool_strip(compare, revealed)
+if any(pane.conversation.messages for pane in compare.panes):
+    st.button("New comparison", icon=":material/add_comment:", key="compare_new", on_click=compare.clear,
+              help="Empty the panes (votes stay in the leaderboard).")
+with st.expander("Leaderboard", icon=":material/leaderboard:"):
+    votes.render_leaderboard([target.label for target in chosen])

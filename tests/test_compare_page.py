@@ -1,0 +1,167 @@
+"""The Compare page in AppTest (tiny random model, a SQLite file per test): a new session finds two targets ready
+and can send at once; every pane answers; the blind vote is stored with the targets and the prompt and lands in
+the leaderboard; three targets make pairwise votes; a pane's conversation continues in Chat, saved in the
+history, with that target's settings; tool calls that wait for approval are decided per pane while the other waits;
+a target that would not fit in memory is refused with the figures, before anything loads; bad targets stop the
+message box with the reason.
+
+Streaming at once and Stop in one pane are shown in Chromium (tests/test_compare_browser.py) and, exactly, by the
+runner's tests (tests/test_compare_runner.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from app.storage import CompareVoteStore, ConversationStore
+from app.ui.compare import models
+from tests.helpers import open_app
+
+PAGE = "compare"
+
+
+@pytest.fixture
+def app(monkeypatch, tiny_model_dir, database):
+    monkeypatch.delenv("DEMO_COMPARE_TARGETS", raising=False)
+    with open_app(monkeypatch, tiny_model_dir, page="views/compare.py", timeout=180) as at:
+        for slot in range(2):
+            at.number_input(key=f"settings.compare.target{slot}.max_new_tokens").set_value(12)
+        at.run()
+        yield at
+        models.pool().close()
+
+
+def send(at: AppTest, text: str = "Say hello") -> None:
+    at.chat_input(key="compare_input").set_value(text).run()
+    assert not at.exception, at.exception
+
+
+def pane_headers(at: AppTest) -> list[str]:
+    return [m.value for m in at.markdown if m.value.startswith("**") and m.value.endswith("**")
+            and m.value not in ("**Targets**", "**Loaded models**", "**Tool calls**")
+            and not m.value.startswith("**Which")]
+
+
+def votes(database: ConversationStore) -> CompareVoteStore:
+    return CompareVoteStore(database.engine)
+
+
+def test_a_new_session_finds_two_targets_ready_and_a_blind_vote_lands_in_the_leaderboard(app, database):
+    labels = [app.text_input(key=f"settings.compare.target{slot}.label").value for slot in range(2)]
+    assert labels == ["Model defaults (temperature 0.7)", "Temperature 1"]
+    assert not app.chat_input(key="compare_input").disabled
+    send(app, "Say hello")
+    assert sorted(pane_headers(app)) == ["**A**", "**B**"]  # blind: letters only
+    user_bubbles = [m for m in app.chat_message if m.avatar == "user" or m.name == "user"]
+    assert len(user_bubbles) == 2  # the same message in both panes
+    assert [c.value for c in app.caption if c.value.startswith(":material/timer: Turn:")].__len__() == 2
+    # Both share the one loaded engine: only the picker's model is listed, once.
+    loaded = [c.value for c in app.caption if "shared with every page" in c.value]
+    assert len(loaded) == 1
+
+    app.button(key="compare_vote/A").click().run()
+    assert not app.exception
+    (notice,) = app.success
+    assert notice.value.startswith("Vote stored: A better.")
+    headers = pane_headers(app)
+    assert sorted(h[:5] for h in headers) == ["**A ·", "**B ·"]  # revealed
+    winner = next(h for h in headers if h.startswith("**A ·")).removeprefix("**A · ").removesuffix("**")
+    (stored,) = votes(database).list("local")
+    assert stored.verdict == "a" and stored.labels[0] == winner and set(stored.labels) == set(labels)
+    assert stored.prompt == "Say hello"
+    assert stored.targets[0]["settings"]["settings"]["backend"] == "hf"
+    assert "api_key" not in json.dumps(stored.targets)
+    assert stored.metrics[0]["completion_tokens"] > 0
+    assert not any(b.key.startswith("compare_vote/") for b in app.button)  # one vote per turn
+
+    (board,) = app.dataframe
+    table = board.value
+    assert list(table["target"]) == [winner, next(label for label in labels if label != winner)]
+    assert list(table["games"]) == [1, 1] and list(table["wins"]) == [1, 0]
+    downloads = [element for element in app.get("download_button")]
+    assert len(downloads) == 4
+
+
+def test_three_targets_vote_the_best_one_as_pairwise_wins(app, database):
+    app.button(key="compare_add_target").click().run()
+    app.number_input(key="settings.compare.target2.max_new_tokens").set_value(8).run()
+    assert app.text_input(key="settings.compare.target2.label").value == "Target 3"
+    send(app)
+    assert sorted(pane_headers(app)) == ["**A**", "**B**", "**C**"]
+    app.button(key="compare_vote/B").click().run()
+    stored = votes(database).list("local")
+    assert len(stored) == 2 and {v.verdict for v in stored} == {"a"}
+    assert len({v.labels[0] for v in stored}) == 1  # B's target won both of its pairs
+    app.button(key="compare_new").click().run()
+    assert not pane_headers(app) or all("·" not in h for h in pane_headers(app))
+    assert not [m for m in app.chat_message]
+
+
+def test_a_pane_continues_in_chat_with_its_target_settings_saved_in_the_history(app, database):
+    app.toggle(key="settings.compare.blind").set_value(False).run()
+    send(app, "Tell me something")
+    assert sorted(pane_headers(app)) == ["**Model defaults (temperature 0.7)**", "**Temperature 1**"]
+    answer = [m for m in app.chat_message if m.name == "assistant"][1].markdown[0].value
+    app.button(key="compare_continue/1").click().run()
+    assert not app.exception
+    (entry,) = database.list("local", page="chat")
+    stored = database.get("local", entry.id)
+    assert [m.role for m in stored.messages] == ["user", "assistant"]
+    assert stored.messages[0].content == "Tell me something"
+    assert app.slider(key="temperature").value == 1.0  # the target's settings came along
+    assert app.number_input(key="max_new_tokens").value == 12
+    bubbles = app.chat_message
+    assert bubbles[0].markdown[0].value == "Tell me something" and bubbles[1].markdown[0].value == answer
+
+
+def test_calls_that_wait_for_approval_are_decided_per_pane(app, database):
+    app.toggle(key="settings.compare.tools").set_value(True).run()
+    for slot in range(2):
+        app.selectbox(key=f"settings.compare.target{slot}.tool_choice").set_value("count_words")
+        app.number_input(key=f"settings.compare.target{slot}.max_new_tokens").set_value(60)  # a whole call
+        app.number_input(key=f"settings.compare.target{slot}.temperature").set_value(0.0)  # as the Tools tests
+    app.toggle(key="settings.compare.blind").set_value(False).run()
+    assert app.selectbox(key=f"_run_policy/{PAGE}/count_words").value == "ask"
+    send(app, "Count the words of this sentence")
+    assert {b.key for b in app.button} >= {"compare_run/0", "compare_deny/0", "compare_run/1", "compare_deny/1"}
+    app.button(key="compare_run/0").click().run()
+    assert not app.exception
+    assert "compare_run/0" not in {b.key for b in app.button}
+    assert "compare_run/1" in {b.key for b in app.button}  # the other pane still waits
+    app.button(key="compare_deny/1").click().run()
+    assert not app.exception
+    (strip,) = [frame for frame in app.dataframe if "parsed" in frame.value.columns]
+    rows = strip.value
+    assert list(rows["parsed"]) == [True, True] and list(rows["schema"]) == [True, True]
+    assert list(rows["status"]) == ["ok", "denied"] or list(rows["status"]) == ["failed", "denied"]
+    cards = [card.label for bubble in app.chat_message for card in bubble.status]
+    # It ran: its own result (the tiny model's random text may be blank, which the tool refuses)
+    assert len(cards) == 2 and "declined" not in cards[0] and cards[1].startswith("count_words · declined")
+
+
+def test_a_target_that_would_not_fit_in_memory_is_refused_with_the_figures(app, tmp_path: Path):
+    huge = tmp_path / "huge-model"
+    huge.mkdir()
+    (huge / "config.json").write_text(json.dumps({"model_type": "llama", "torch_dtype": "float32"}))
+    with open(huge / "model.safetensors", "wb") as weights:  # sparse: 4 TB that take no disk
+        weights.truncate(4 * 10**12)
+    app.text_input(key="settings.compare.target1.model_path").set_value(str(huge)).run()
+    send(app)
+    (error,) = app.error
+    assert "would not fit" in error.value and "needs about 4800 GB of RAM" in error.value and "is free" in error.value
+    assert not pane_headers(app) or not [m for m in app.chat_message]  # nothing was sent
+    assert models.pool().loaded() == {}  # nor loaded
+
+
+def test_targets_that_cannot_be_used_stop_the_message_box_with_the_reason(app):
+    app.text_input(key="settings.compare.target1.label").set_value("Model defaults (temperature 0.7)").run()
+    assert app.chat_input(key="compare_input").disabled
+    assert any("used twice" in w.value for w in app.warning)
+    app.text_input(key="settings.compare.target1.label").set_value("Hot").run()
+    app.selectbox(key="settings.compare.target1.backend").set_value("openai").run()
+    app.text_input(key="settings.compare.target1.api_base_url").set_value("ftp://nowhere").run()
+    assert app.chat_input(key="compare_input").disabled
+    assert any("http(s) URL" in w.value for w in app.warning)
