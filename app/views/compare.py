@@ -37,6 +37,8 @@ with sidebar.page_section():
                       help="Panes are labelled A, B... in a random order until you vote; then they say who is who.")
     use_tools = st.toggle("Tools", key="settings.compare.tools", disabled=compare.running,
                           help="Every target may call the tools switched on below, each running its own tool loop.")
+    st.caption("Each target has its own sampling and system prompt below; the Generation settings above are the "
+               "other pages'.")
 tools: ToolSettings | None = tool_settings.render(None, PAGE) if use_tools else None
 with sidebar.page_section():
     st.markdown("**Targets**")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
@@ -37,11 +38,11 @@ def pane_title(session: CompareSession, index: int, revealed: bool) -> str:
 
 def draw(session: CompareSession, revealed: bool, on_stop: Callable[[int], None],
          on_decide: Callable[[int, dict[str, Decision]], None],
-         on_continue: Callable[[Pane], None]) -> dict[int, DeltaGenerator]:
-    """Draw the panes in their shown order; the slots of their live parts, by pane index. Buttons: a running pane's
+         on_continue: Callable[[Pane], None]) -> Slots:
+    """Draw the panes in their shown order; the slots of their live parts and Stop buttons. Buttons: a running pane's
     Stop (`on_stop(index)`), its waiting calls' Run and Deny (`on_decide(index, decisions)`), and a finished pane's
     Continue (`on_continue(pane)`)."""
-    slots: dict[int, DeltaGenerator] = {}
+    slots = Slots()
     columns = st.columns(len(session.panes), border=True)
     for column, index in zip(columns, session.order or range(len(session.panes)), strict=True):
         pane = session.panes[index]
@@ -49,16 +50,19 @@ def draw(session: CompareSession, revealed: bool, on_stop: Callable[[int], None]
             head, stop = st.columns([4, 1], vertical_alignment="center")
             head.markdown(f"**{safe_label(pane_title(session, index, revealed))}**")
             if pane.live is not None and not pane.live.finished:
-                stop.button("Stop", icon=":material/stop_circle:", key=f"compare_stop/{index}", on_click=on_stop,
-                            args=(index,), help="Stop this answer; the others go on.")
+                # Off once clicked (or over): drawn still, since a button left out stays on the page, stale,
+                # until the run ends.
+                stop.button("Stop", icon=":material/stop_circle:", key=f"compare_stop/{index}",
+                            on_click=on_stop, args=(index,), disabled=_ending(session, index),
+                            help="Stop this answer; the others go on.")
             if not session.blind or revealed:
                 st.caption(safe_markdown(describe_target(pane)))
             _conversation(pane.conversation)
-            slots[index] = st.empty()
+            slots.live[index] = st.empty()
             if pane.live is not None:
-                draw_live(slots[index], pane.live)
+                draw_live(slots.live[index], pane.live)
             elif pane.result is not None:
-                with slots[index].container():
+                with slots.live[index].container():
                     _error(pane)
                     figures(pane.result)
                     waiting = pending_calls(pane.conversation)
@@ -136,23 +140,46 @@ def draw_live(slot: DeltaGenerator, live: LivePane) -> None:
                 st.error(safe_markdown(error), icon=":material/error:")
 
 
-def stream(session: CompareSession, slots: dict[int, DeltaGenerator]) -> None:
+@dataclass
+class Slots:
+    """Where `stream` draws: each pane's live part."""
+
+    live: dict[int, DeltaGenerator] = field(default_factory=dict)
+
+
+def _ending(session: CompareSession, index: int) -> bool:
+    """Whether a running pane's turn is over or stopping (its Stop was clicked): its Stop is off. (A pane that ends
+    while the others go on keeps it on, harmlessly, until the page is drawn again.)"""
+    comparison = session.comparison
+    if comparison is None:
+        return True
+    run = comparison.runs[index]
+    return run.done or run.cancel.is_set()
+
+
+def stream(session: CompareSession, slots: Slots) -> None:
     """Draw the running turn's events into the panes' slots until every target is done."""
     comparison = session.comparison
     assert comparison is not None
-    drawn: dict[int, float] = {}
-    pending: set[int] = set()
+    drawn: dict[int, tuple[int, float]] = {}  # by pane: the version drawn, and when
     while True:
         done = comparison.done  # read before draining: whatever came before it is drained below
-        pending |= session.take_events(comparison.next_events(timeout=_REDRAW_EVERY_S))
+        session.take_events(comparison.next_events(timeout=_REDRAW_EVERY_S))
         now = time.monotonic()
-        for index in list(pending):
-            live = session.panes[index].live
-            if live is not None and (now - drawn.get(index, 0.0) >= _REDRAW_EVERY_S or done):
-                draw_live(slots[index], live)
-                drawn[index] = now
-                pending.discard(index)
-        if done and not pending:
+        behind = False
+        for index, pane in enumerate(session.panes):
+            live = pane.live
+            if live is None:
+                continue
+            version, at = drawn.get(index, (-1, 0.0))
+            if live.version == version:
+                continue
+            if now - at >= _REDRAW_EVERY_S or done:
+                drawn[index] = (live.version, now)
+                draw_live(slots.live[index], live)
+            else:
+                behind = True
+        if done and not behind:
             return
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import random
+import threading
 from dataclasses import dataclass, field
 
 import streamlit as st
@@ -45,8 +46,10 @@ class LivePane:
     notices: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     finished: bool = False
+    version: int = 0  # counts the events applied: a drawing of an older version is out of date
 
     def apply(self, item: QueueItem) -> None:
+        self.version += 1
         match item:
             case TextDelta(text=text):
                 self.text += text
@@ -89,6 +92,7 @@ class CompareSession:
     blind: bool = False  # this turn's panes are shown as A, B... until the vote
     voted: str | None = None  # the verdict on the last turn
     prompt: str = ""  # the last user message, as a vote stores it
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @property
     def running(self) -> bool:
@@ -117,15 +121,15 @@ class CompareSession:
         self.collected = False
         return [pane.conversation for pane in self.panes]
 
-    def take_events(self, items: list[tuple[int, QueueItem]]) -> set[int]:
-        """Apply drained events to the panes' live state; the panes that changed."""
-        changed = set()
-        for index, item in items:
-            live = self.panes[index].live
-            if live is not None:
-                live.apply(item)
-                changed.add(index)
-        return changed
+    def take_events(self, items: list[tuple[int, QueueItem]]) -> None:
+        """Apply drained events to the panes' live state. The run that drains them need not be the one that draws
+        them: a click starts a new run while the old one may still drain once before it stops, so the drawing
+        follows each pane's `version`, not the events a run drained itself."""
+        with self.lock:
+            for index, item in items:
+                live = self.panes[index].live
+                if live is not None:
+                    live.apply(item)
 
     def collect(self) -> None:
         """The turn is over: each pane's conversation becomes its run's, its result the run's."""

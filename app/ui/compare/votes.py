@@ -124,8 +124,9 @@ def render_leaderboard(labels: list[str]) -> None:
              "median tok/s": None if s.median_tokens_per_second is None else round(s.median_tokens_per_second, 1)}
             for rank, s in enumerate(standings, start=1)]
     st.dataframe(rows, hide_index=True, width="stretch")
-    st.caption(f"{len(outcomes)} votes. Rating: Bradley–Terry on Elo's scale (400 points: ten times the odds), "
-               "with a 95% bootstrap interval; Elo in vote order beside it.")
+    counted = f"{len(outcomes)} vote" + ("" if len(outcomes) == 1 else "s")
+    st.caption(f"{counted}. Rating: Bradley–Terry on Elo's scale (400 points: ten times the odds), with a 95% "
+               "bootstrap interval; Elo in vote order beside it.")
     columns = st.columns(4)
     columns[0].download_button("Leaderboard CSV", export.leaderboard_csv(standings), "leaderboard.csv", "text/csv",
                                key="compare_download_leaderboard_csv", icon=":material/download:")
