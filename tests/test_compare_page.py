@@ -165,3 +165,16 @@ def test_targets_that_cannot_be_used_stop_the_message_box_with_the_reason(app):
     app.text_input(key="settings.compare.target1.api_base_url").set_value("ftp://nowhere").run()
     assert app.chat_input(key="compare_input").disabled
     assert any("http(s) URL" in w.value for w in app.warning)
+
+
+def test_a_target_whose_model_does_not_load_fails_in_its_pane_and_the_other_answers(app, tmp_path: Path):
+    app.toggle(key="settings.compare.blind").set_value(False).run()
+    app.text_input(key="settings.compare.target1.model_path").set_value(str(tmp_path / "no-such-model")).run()
+    send(app)
+    assert not app.exception
+    (error,) = app.error
+    assert "no-such-model" in error.value
+    answers = [m for m in app.chat_message if m.name == "assistant"]
+    assert len(answers) == 1 and answers[0].markdown  # the other target answered
+    send(app, "And again")  # the page goes on: the failed pane tries its model again
+    assert len(app.error) == 1 and len([m for m in app.chat_message if m.name == "assistant"]) == 2
