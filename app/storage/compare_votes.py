@@ -11,19 +11,16 @@ from __future__ import annotations
 import builtins
 import json
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, get_args
 
-from sqlalchemy import Engine, delete, select
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy import delete, select
 
 from app.storage.engine import rowcount
-from app.storage.errors import database_errors
 from app.storage.models import CompareVoteRow as V
-from app.storage.sqlite import WRITE
+from app.storage.sessions import EngineStore
 
 Verdict = Literal["a", "b", "tie", "both_bad"]
 VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
@@ -60,13 +57,9 @@ class VoteOutcome:
     created_at: datetime
 
 
-class CompareVoteStore:
+class CompareVoteStore(EngineStore):
     """Votes on one engine (app.storage.engine.open_database). Thread-safe: it keeps no state but the engine's
     connection pool. Database failures raise StorageError."""
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self._sessions = sessionmaker(engine, expire_on_commit=False)
 
     def save(self, owner: str, targets: Sequence[Mapping[str, Any]], prompt: str, answers: Sequence[str],
              verdict: Verdict, metrics: Sequence[Mapping[str, Any]] | None = None,
@@ -135,18 +128,6 @@ class CompareVoteStore:
             rows = session.execute(query).all()
         return [VoteOutcome(row.label_a, row.label_b, _verdict(row.verdict), *_pair_of_objects(row.metrics),
                             row.created_at) for row in rows]
-
-    @contextmanager
-    def _reading(self) -> Iterator[Session]:
-        with database_errors(), self._sessions() as session:
-            yield session
-
-    @contextmanager
-    def _writing(self) -> Iterator[Session]:
-        """One transaction (on SQLite taking the write lock first), committed at the end."""
-        with database_errors(), self._sessions.begin() as session:
-            session.connection(execution_options=WRITE)
-            yield session
 
 
 def _two(items: Any, name: str) -> builtins.list[Any]:

@@ -13,20 +13,17 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from cryptography.fernet import Fernet, InvalidToken
 from sqlalchemy import Engine, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session, sessionmaker
 
 from app.storage.engine import rowcount
 from app.storage.errors import StorageError, database_errors
 from app.storage.models import McpTokenRow as T
-from app.storage.sqlite import WRITE
+from app.storage.sessions import EngineStore
 
 log = logging.getLogger(__name__)
 Kind = Literal["tokens", "client_info"]
@@ -53,15 +50,14 @@ def server_key(url: str) -> str:
     return hashlib.sha256(url.encode()).hexdigest()
 
 
-class McpTokenStore:
+class McpTokenStore(EngineStore):
     """Sign-ins on one engine (app.storage.engine.open_database), encrypted with one key. Thread-safe (it keeps no
     state besides the engine's pool). Database failures raise StorageError."""
 
     def __init__(self, engine: Engine, secret_key: str) -> None:
         """SecretKeyError when `secret_key` is not a usable Fernet key."""
-        self.engine = engine
         self._fernet = cipher(secret_key)
-        self._sessions = sessionmaker(engine, expire_on_commit=False)
+        super().__init__(engine)
 
     def get(self, owner: str, url: str, kind: Kind) -> dict[str, Any] | None:
         """The stored value of `kind` for `owner` at the server `url`, or None (nothing stored, or not readable with
@@ -113,8 +109,3 @@ class McpTokenStore:
             row = session.scalar(select(T).where(T.owner == owner, T.server == server_key(url)))
         return None if row is None else (row.tokens, row.client_info)
 
-    @contextmanager
-    def _writing(self) -> Iterator[Session]:
-        with database_errors(), self._sessions.begin() as session:
-            session.connection(execution_options=WRITE)
-            yield session

@@ -16,7 +16,6 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy import (
     ColumnElement,
-    Engine,
     case,
     delete,
     exists,
@@ -28,7 +27,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 from app.conversation import Message
 from app.storage import codec, transfer
@@ -44,19 +43,15 @@ from app.storage.models import MessageRow as M
 from app.storage.models import PreferencesRow as P
 from app.storage.records import ConversationSummary, StoredConversation
 from app.storage.schema import PreferencesRecord, describe
-from app.storage.sqlite import WRITE
+from app.storage.sessions import EngineStore
 
 log = logging.getLogger(__name__)
 MAX_LIST_LIMIT = 500
 
 
-class ConversationStore:
+class ConversationStore(EngineStore):
     """Saved conversations on one engine (app.storage.engine.open_database). Thread-safe: it keeps no state but
     the engine's connection pool. Database failures raise StorageError."""
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self._sessions = sessionmaker(engine, expire_on_commit=False)
 
     # ----- conversations ----------------------------------------------------------------------------------------
 
@@ -255,13 +250,6 @@ class ConversationStore:
         with database_errors(), self._sessions() as session:
             if self.engine.dialect.name == "postgresql":
                 session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
-            yield session
-
-    @contextmanager
-    def _writing(self) -> Iterator[Session]:
-        """One transaction, committed at the end, rolled back on any exception."""
-        with database_errors(), self._sessions.begin() as session:
-            session.connection(execution_options=WRITE)
             yield session
 
     @staticmethod
