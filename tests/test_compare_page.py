@@ -178,3 +178,15 @@ def test_a_target_whose_model_does_not_load_fails_in_its_pane_and_the_other_answ
     assert len(answers) == 1 and answers[0].markdown  # the other target answered
     send(app, "And again")  # the page goes on: the failed pane tries its model again
     assert len(app.error) == 1 and len([m for m in app.chat_message if m.name == "assistant"]) == 2
+
+
+def test_a_targets_tool_choice_naming_a_tool_that_is_off_is_kept_and_its_pane_says_so(app):
+    app.toggle(key="settings.compare.blind").set_value(False).run()
+    app.toggle(key="settings.compare.tools").set_value(True).run()
+    app.selectbox(key="settings.compare.target1.tool_choice").set_value("calculator").run()
+    app.toggle(key="settings.compare.tools").set_value(False).run()  # the tools go off: the choice stays
+    assert app.selectbox(key="settings.compare.target1.tool_choice").value == "calculator"
+    send(app)
+    (error,) = app.error
+    assert "tool_choice 'calculator' names a tool that is not on" in error.value
+    assert len([m for m in app.chat_message if m.name == "assistant"]) == 1  # the other target answered

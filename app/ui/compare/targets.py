@@ -138,8 +138,11 @@ def _target(slot: int, position: int, picker: ModelSettings, tool_names: list[st
         system_prompt = st.text_area("System prompt", key=_key(slot, "system_prompt"), disabled=locked,
                                      placeholder="Empty: the model's own default")
         choices = [_PAGE_CHOICE, "auto", "none", "required", *tool_names]
-        if st.session_state.get(_key(slot, "tool_choice")) not in choices:
-            st.session_state[_key(slot, "tool_choice")] = _PAGE_CHOICE  # its tool was switched off
+        chosen = st.session_state.get(_key(slot, "tool_choice"))
+        if isinstance(chosen, str) and chosen not in choices:
+            # A tool that is not on (Tools off, or switched off): kept, so that the pane says so when it answers
+            # instead of answering without the tool it was meant to call.
+            choices.append(chosen)
         tool_choice = st.selectbox("Tool choice", choices, key=_key(slot, "tool_choice"), disabled=locked,
                                    help="With tools on: the page's Tool choice, or this target's own.")
         st.button("Remove", icon=":material/delete:", key=f"compare_remove_target/{slot}", on_click=_remove,
