@@ -51,7 +51,8 @@ def votes(database: ConversationStore) -> CompareVoteStore:
 
 def test_a_new_session_finds_two_targets_ready_and_a_blind_vote_lands_in_the_leaderboard(app, database):
     labels = [app.text_input(key=f"settings.compare.target{slot}.label").value for slot in range(2)]
-    assert labels == ["Model defaults (temperature 0.7)", "Temperature 1"]
+    model = "tiny-model0 (hf)"  # the labels name the model: the leaderboard counts votes by label
+    assert labels == [f"{model} · its defaults (temperature 0.7)", f"{model} · temperature 1"]
     assert not app.chat_input(key="compare_input").disabled
     send(app, "Say hello")
     assert sorted(pane_headers(app)) == ["**A**", "**B**"]  # blind: letters only
@@ -88,7 +89,7 @@ def test_a_new_session_finds_two_targets_ready_and_a_blind_vote_lands_in_the_lea
 def test_three_targets_vote_the_best_one_as_pairwise_wins(app, database):
     app.button(key="compare_add_target").click().run()
     app.number_input(key="settings.compare.target2.max_new_tokens").set_value(8).run()
-    assert app.text_input(key="settings.compare.target2.label").value == "Target 3"
+    assert app.text_input(key="settings.compare.target2.label").value == "tiny-model0 (hf) · target 3"
     send(app)
     assert sorted(pane_headers(app)) == ["**A**", "**B**", "**C**"]
     app.button(key="compare_vote/B").click().run()
@@ -103,7 +104,8 @@ def test_three_targets_vote_the_best_one_as_pairwise_wins(app, database):
 def test_a_pane_continues_in_chat_with_its_target_settings_saved_in_the_history(app, database):
     app.toggle(key="settings.compare.blind").set_value(False).run()
     send(app, "Tell me something")
-    assert sorted(pane_headers(app)) == ["**Model defaults (temperature 0.7)**", "**Temperature 1**"]
+    assert sorted(pane_headers(app)) == ["**tiny-model0 (hf) · its defaults (temperature 0.7)**",
+                                         "**tiny-model0 (hf) · temperature 1**"]
     answer = [m for m in app.chat_message if m.name == "assistant"][1].markdown[0].value
     app.button(key="compare_continue/1").click().run()
     assert not app.exception
@@ -157,7 +159,8 @@ def test_a_target_that_would_not_fit_in_memory_is_refused_with_the_figures(app, 
 
 
 def test_targets_that_cannot_be_used_stop_the_message_box_with_the_reason(app):
-    app.text_input(key="settings.compare.target1.label").set_value("Model defaults (temperature 0.7)").run()
+    first = app.text_input(key="settings.compare.target0.label").value
+    app.text_input(key="settings.compare.target1.label").set_value(first).run()
     assert app.chat_input(key="compare_input").disabled
     assert any("used twice" in w.value for w in app.warning)
     app.text_input(key="settings.compare.target1.label").set_value("Hot").run()

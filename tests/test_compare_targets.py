@@ -21,6 +21,7 @@ from app.compare.targets import (
     parse_targets,
 )
 from app.config import ModelSettings
+from app.embedded_model import model_folder
 from app.generation_defaults import defaults_for_settings
 from app.tools import load_tools
 
@@ -117,6 +118,8 @@ def test_the_default_targets_are_the_model_at_its_defaults_and_at_another_temper
     assert first.params == own
     assert second.params == replace(own, temperature=1.0)
     assert first.label != second.label and "0.2" in first.label and "1" in second.label
+    name = f"{model_folder(BASE.model_path).name} ({BASE.backend})"
+    assert first.label.startswith(name) and second.label.startswith(name)  # votes are counted by label
     check_targets([first, second])
     # A model whose own default is 1.0 already gets another one; over an API the server's defaults stay its own.
     remote = ModelSettings(backend="openai", api_model="some-model")

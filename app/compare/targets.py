@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from app.clients.registry import BACKENDS
 from app.config import ModelSettings
+from app.embedded_model import model_folder
 from app.generation_defaults import defaults_for_settings
 from app.generation_params import SAMPLING_FIELDS, GenerationParams
 from app.tools.registry import TOOL_NAME
@@ -246,8 +247,22 @@ def default_targets(settings: ModelSettings | None = None) -> list[Target]:
         else FALLBACK_TEMPERATURE
     other = replace(own, temperature=other_temperature,
                     server_defaults=own.server_defaults - {"temperature"})
-    return [Target(f"Model defaults (temperature {own.temperature:g})", settings, own),
-            Target(f"Temperature {other_temperature:g}", settings, other)]
+    # The labels name the model and backend: the leaderboard counts votes by label, and "temperature 1" of one
+    # model is not that of another.
+    name = model_label(settings)
+    return [Target(f"{name} · its defaults (temperature {own.temperature:g})", settings, own),
+            Target(f"{name} · temperature {other_temperature:g}", settings, other)]
+
+
+def model_label(settings: ModelSettings, longest: int = 48) -> str:
+    """"SmolLM2-135M-Instruct (hf)": the model these settings name and the backend, short enough for a label."""
+    if settings.backend == "openai":
+        name = settings.api_model or f"the API at {settings.api_base_url.split('://', 1)[-1].split('/', 1)[0]}"
+    else:
+        name = model_folder(settings.model_path).name or settings.model_path
+    if len(name) > longest:
+        name = name[: longest - 1] + "…"
+    return f"{name} ({settings.backend})"
 
 
 def _describe(error: ValidationError, where: str, shown: int = 3) -> str:

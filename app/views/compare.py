@@ -43,7 +43,7 @@ tools: ToolSettings | None = tool_settings.render(None, PAGE) if use_tools else 
 with sidebar.page_section():
     st.markdown("**Targets**")
     chosen, problem = targets.render(side.model, tools.registry.names if tools is not None else [], compare.running)
-if not compare.running:
+if not compare.running and problem is None:  # a target being fixed leaves the panes as they are
     compare.match(chosen)
 
 shared = load_client(side.model) if any(t.settings == side.model for t in chosen) else None
@@ -94,7 +94,7 @@ if submitted is not None and not compare.running and problem is None:
             conversations = compare.start_turn(message, blind)
             compare.comparison = start_comparison(chosen, conversations, engines, tools, images)
         except (TargetsError, ValueError) as exc:
-            compare.collected = True
+            compare.abandon_turn()
             st.error(safe_markdown(f"**Not sent.** {exc}"), icon=":material/error:")
 
 revealed = not compare.blind or compare.voted is not None

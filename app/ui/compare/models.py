@@ -20,7 +20,11 @@ from app.ui.client_cache import is_shared_loaded
 from app.ui.safe_markdown import safe_label, safe_markdown
 
 
-@st.cache_resource(show_spinner=False)
+def _close(loaded: ClientPool) -> None:
+    loaded.close()
+
+
+@st.cache_resource(show_spinner=False, on_release=_close)  # cleared (a new app version): the models are freed
 def pool() -> ClientPool:
     """The page's models, shared by every browser session of this process (as the picker's model is)."""
     return ClientPool()

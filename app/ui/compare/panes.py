@@ -49,11 +49,11 @@ def draw(session: CompareSession, revealed: bool, on_stop: Callable[[int], None]
         with column:
             head, stop = st.columns([4, 1], vertical_alignment="center")
             head.markdown(f"**{safe_label(pane_title(session, index, revealed))}**")
-            if pane.live is not None and not pane.live.finished:
-                # Off once clicked (or over): drawn still, since a button left out stays on the page, stale,
-                # until the run ends.
+            if pane.live is not None:
+                # Off once clicked (or over), but drawn while the turn runs: a button left out would stay on the
+                # page, stale and clickable, until the run ends.
                 stop.button("Stop", icon=":material/stop_circle:", key=f"compare_stop/{index}",
-                            on_click=on_stop, args=(index,), disabled=_ending(session, index),
+                            on_click=on_stop, args=(index,), disabled=pane.live.finished or _ending(session, index),
                             help="Stop this answer; the others go on.")
             if not session.blind or revealed:
                 st.caption(safe_markdown(describe_target(pane)))

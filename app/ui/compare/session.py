@@ -121,6 +121,14 @@ class CompareSession:
         self.collected = False
         return [pane.conversation for pane in self.panes]
 
+    def abandon_turn(self) -> None:
+        """The turn start_turn began could not start: the panes as they were before it."""
+        for pane in self.panes:
+            if pane.conversation.messages and pane.conversation.messages[-1].role == "user":
+                pane.conversation.messages.pop()
+            pane.live = None
+        self.collected = True
+
     def take_events(self, items: list[tuple[int, QueueItem]]) -> None:
         """Apply drained events to the panes' live state. The run that drains them need not be the one that draws
         them: a click starts a new run while the old one may still drain once before it stops, so the drawing

@@ -15,7 +15,15 @@ from typing import Any
 import streamlit as st
 
 from app.clients.registry import BACKENDS
-from app.compare.targets import MAX_TARGETS, Target, TargetsError, check_targets, default_targets, load_targets
+from app.compare.targets import (
+    MAX_TARGETS,
+    Target,
+    TargetsError,
+    check_targets,
+    default_targets,
+    load_targets,
+    model_label,
+)
 from app.config import ModelSettings
 from app.generation_defaults import defaults_for_settings
 from app.generation_params import SAMPLING_FIELDS
@@ -77,7 +85,8 @@ def _add(picker: ModelSettings) -> None:
     slot = next(n for n in itertools.count() if n not in slots)
     own = default_targets(picker)[0]
     used = {str(st.session_state.get(_key(s, "label"), "")) for s in slots}
-    label = next(f"Target {n}" for n in itertools.count(len(slots) + 1) if f"Target {n}" not in used)
+    label = next(label for n in itertools.count(len(slots) + 1)
+                 if (label := f"{model_label(picker)} · target {n}") not in used)
     _fill(slot, replace(own, label=label))
     slots.append(slot)
 
