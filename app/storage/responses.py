@@ -12,20 +12,17 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from sqlalchemy import ColumnElement, Engine, delete, false, insert, literal_column, select, true
-from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import ResponseStoreSettings
 from app.storage.engine import rowcount
-from app.storage.errors import StorageError, database_errors
+from app.storage.errors import StorageError
 from app.storage.models import ApiResponseRow as R
-from app.storage.sqlite import WRITE
+from app.storage.sessions import EngineStore
 
 log = logging.getLogger(__name__)
 PURGE_INTERVAL_S = 60.0  # save purges expired responses at most this often per store
@@ -62,14 +59,13 @@ class StoredResponse:
     response: dict[str, Any]  # the whole Response object as JSON
 
 
-class ResponseStore:
+class ResponseStore(EngineStore):
     """Stored responses on one engine (app.storage.engine.open_database). Thread-safe: its only state besides the
     engine's connection pool is when it last purged, behind a lock. Database failures raise StorageError."""
 
     def __init__(self, engine: Engine, settings: ResponseStoreSettings | None = None) -> None:
-        self.engine = engine
+        super().__init__(engine)  # each read is one statement, which sees one snapshot: no REPEATABLE READ needed
         self.settings = settings if settings is not None else ResponseStoreSettings.from_env()
-        self._sessions = sessionmaker(engine, expire_on_commit=False)
         self._purge_lock = threading.Lock()
         self._next_purge = -math.inf  # time.monotonic() of the next purge save may run: the first save purges
 
@@ -224,19 +220,6 @@ class ResponseStore:
         if purged:
             log.info("purged %d expired responses", purged)
 
-    @contextmanager
-    def _reading(self) -> Iterator[Session]:
-        # Each read is one statement, which sees one snapshot on every backend: no REPEATABLE READ needed.
-        with database_errors(), self._sessions() as session:
-            yield session
-
-    @contextmanager
-    def _writing(self) -> Iterator[Session]:
-        """One transaction, committed at the end, rolled back on any exception; on SQLite it takes the write lock
-        first (BEGIN IMMEDIATE, app/storage/sqlite.py)."""
-        with database_errors(), self._sessions.begin() as session:
-            session.connection(execution_options=WRITE)
-            yield session
 
 
 def _check_id(value: Any, name: str) -> None:
