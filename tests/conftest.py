@@ -163,6 +163,16 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 @pytest.fixture
+def engine(database_url: str):
+    """An engine on a new, migrated database (SQLite and PostgreSQL, as `database_url`), disposed after the test."""
+    from app.storage import open_database
+
+    engine = open_database(database_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
 def database(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     """The app's conversation store for one test: a SQLite file of its own, named in DEMO_DATABASE_URL so that the
     app (AppTest) writes there too."""
@@ -216,13 +226,9 @@ def app_url(smollm2_dir, browser, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def gguf_client():
-    try:
-        import llama_cpp  # noqa: F401
-    except ImportError:
-        if os.environ.get("REQUIRE_LLAMACPP") == "1":
-            raise RuntimeError("REQUIRE_LLAMACPP=1 but llama_cpp cannot be imported: run `make setup-llamacpp`") \
-                from None
-        pytest.skip("llama-cpp-python is not installed (make setup-llamacpp builds it)")
+    from tests.helpers import require_llama_cpp
+
+    require_llama_cpp()
     from app.clients.llamacpp import LlamaCppClient
     from app.config import ModelSettings
 

@@ -4,6 +4,7 @@ Chromium (Playwright), and the folder for artifacts worth keeping."""
 from __future__ import annotations
 
 import io
+import os
 import sys
 import threading
 import time
@@ -218,3 +219,15 @@ def streamlit_app(env: dict[str, str], log_name: str = "streamlit.log") -> Itera
     with server_process(command, f"{url}/_stcore/health", cwd=ROOT, env=env, log=ARTIFACTS / log_name,
                         start_timeout_s=60):
         yield url
+
+
+def require_llama_cpp() -> None:
+    """Skip when llama-cpp-python is not installed (make setup-llamacpp builds it), unless REQUIRE_LLAMACPP=1 says it
+    must be (make test-llamacpp): then fail."""
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        if os.environ.get("REQUIRE_LLAMACPP") == "1":
+            raise RuntimeError("REQUIRE_LLAMACPP=1 but llama_cpp cannot be imported: run `make setup-llamacpp`") \
+                from None
+        pytest.skip("llama-cpp-python is not installed (make setup-llamacpp builds it)")

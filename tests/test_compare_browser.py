@@ -25,7 +25,7 @@ import pytest
 from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import expect
 
-from tests.helpers import ARTIFACTS, ROOT, readme_screenshot, settle, streamlit_app
+from tests.helpers import ARTIFACTS, ROOT, readme_screenshot, require_llama_cpp, settle, streamlit_app
 
 QUESTION = "What is the capital of France?"
 STORY = "Write a long story about a dragon who learns to cook."
@@ -84,13 +84,7 @@ def compare_app_with_api(smollm2_dir, browser, tmp_path_factory):
 def compare_app_with_llamacpp(smollm2_dir, browser, tmp_path_factory):
     """The app comparing the embedded SmolLM2 on transformers with its GGUF on llama.cpp (both by the empty model
     path: the embedded model)."""
-    try:
-        import llama_cpp  # noqa: F401
-    except ImportError:
-        if os.environ.get("REQUIRE_LLAMACPP") == "1":
-            raise RuntimeError("REQUIRE_LLAMACPP=1 but llama_cpp cannot be imported: run `make setup-llamacpp`") \
-                from None
-        pytest.skip("llama-cpp-python is not installed (make setup-llamacpp builds it)")
+    require_llama_cpp()
     greedy = {"temperature": 0, "max_new_tokens": 30}
     targets = [{"label": "Transformers", "sampling": greedy},
                {"label": "llama.cpp", "model": {"backend": "llamacpp"}, "sampling": greedy}]

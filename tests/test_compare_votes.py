@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,7 +19,7 @@ from app.compare.results import TargetResult
 from app.compare.targets import Target
 from app.config import ModelSettings
 from app.conversation import AnswerMetrics, Message
-from app.storage import CompareVote, CompareVoteStore, ConversationStore, VoteOutcome, open_database
+from app.storage import CompareVote, CompareVoteStore, ConversationStore, VoteOutcome
 from app.storage.migrate import current_revision, head_revision, upgrade_to_head
 from app.storage.models import TRIGRAM_INDEX, Base
 from tests.database import engine_at, migrate
@@ -29,13 +28,6 @@ UNICODE = 'Grüße, 世界 🌍 — "quoted" \\ back\\slash, tab\t, \u2028 line 
 T0 = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
 A = {"label": "SmolLM2 cold", "settings": {"backend": "hf", "model_path": "", "vllm": {"enforce_eager": False}}}
 B = {"label": "SmolLM2 hot", "settings": {"backend": "hf", "model_path": ""}}
-
-
-@pytest.fixture
-def engine(database_url: str) -> Iterator[Engine]:  # SQLite and PostgreSQL
-    engine = open_database(database_url)
-    yield engine
-    engine.dispose()
 
 
 @pytest.fixture

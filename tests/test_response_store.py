@@ -8,7 +8,6 @@ import json
 import logging
 import math
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
@@ -29,7 +28,6 @@ from app.storage import (
     ResponseStore,
     StorageError,
     StoredResponse,
-    open_database,
 )
 from app.storage import responses as responses_module
 from app.storage.migrate import current_revision, head_revision, upgrade_to_head
@@ -39,13 +37,6 @@ from tests.helpers import at_once
 
 ALICE, BOB = "a" * 64, "b" * 64  # owners as the endpoint makes them: SHA-256 hex of an API key
 UNICODE = 'Grüße, 世界 🌍 — "quoted" \\ back\\slash, tab\t, NUL \x00, \u2028 line separator'
-
-
-@pytest.fixture
-def engine(database_url: str) -> Iterator[Engine]:  # SQLite and PostgreSQL
-    engine = open_database(database_url)
-    yield engine
-    engine.dispose()
 
 
 @pytest.fixture

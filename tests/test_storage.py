@@ -150,13 +150,6 @@ def test_markdown_export_is_readable():
 # ----- the database: opening and migrating -------------------------------------------------------------------------
 
 @pytest.fixture
-def engine(database_url: str):
-    engine = open_database(database_url)
-    yield engine
-    engine.dispose()
-
-
-@pytest.fixture
 def store(engine: Engine) -> ConversationStore:
     return ConversationStore(engine)
 
