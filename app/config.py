@@ -91,9 +91,12 @@ class ModelSettings:
 
     @classmethod
     def from_env(cls) -> ModelSettings:
+        from app.clients.choice import default_backend  # DEMO_BACKEND, or the fastest engine that runs here
+
+        model_path = os.environ.get("DEMO_MODEL", "")
         return cls(
-            backend=os.environ.get("DEMO_BACKEND", "hf"),
-            model_path=os.environ.get("DEMO_MODEL", ""),
+            backend=default_backend(model_path),
+            model_path=model_path,
             device=os.environ.get("DEMO_DEVICE", "auto"),
             dtype=os.environ.get("DEMO_DTYPE", "auto"),
             max_context_tokens=_int("DEMO_MAX_CONTEXT", 0),

@@ -229,7 +229,7 @@ def gguf_client():
     from tests.helpers import require_llama_cpp
 
     require_llama_cpp()
-    from app.clients.llamacpp import LlamaCppClient
+    from app.clients.llamacpp.client import LlamaCppClient
     from app.config import ModelSettings
 
     client = LlamaCppClient(ModelSettings(backend="llamacpp", max_context_tokens=2048))

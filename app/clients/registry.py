@@ -32,7 +32,7 @@ BACKENDS: dict[str, Backend] = {
     for backend in (
         Backend("hf", "Hugging Face transformers", "app.clients.hf.client:HFClient"),
         Backend("vllm", "vLLM (in process)", "app.clients.vllm:VLLMClient"),
-        Backend("llamacpp", "llama.cpp (GGUF)", "app.clients.llamacpp:LlamaCppClient"),
+        Backend("llamacpp", "llama.cpp (GGUF)", "app.clients.llamacpp.client:LlamaCppClient"),
         Backend("openai", "OpenAI-compatible API", "app.clients.openai:OpenAIClient"),
     )
 }

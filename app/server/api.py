@@ -25,6 +25,7 @@ from fastapi.responses import JSONResponse, Response
 from openai.types import Model
 
 from app.clients.base import Client
+from app.clients.choice import default_backend
 from app.config import HTTPTimeouts, RequestLimits, ServerSettings, comma_list, offline_by_default
 from app.http_timeouts import uvicorn_options
 from app.server.chat_completions import ChatCompletions
@@ -97,8 +98,9 @@ def command_line_settings(argv: list[str] | None = None) -> ServerSettings:
     env = ServerSettings.from_env()
     parser = argparse.ArgumentParser(prog="python -m app.server",
                                      description="OpenAI-compatible API over the demo's backends.")
-    parser.add_argument("--backend", default=env.model.backend,
-                        help="hf, llamacpp, vllm or openai (default: %(default)s)")
+    parser.add_argument("--backend", default=None,
+                        help="hf, llamacpp, vllm or openai (default: DEMO_BACKEND, else llama.cpp on a CPU where it "
+                             "runs and the model is a GGUF, transformers otherwise)")
     parser.add_argument("--model", default=env.model.model_path, help="local model folder (default: embedded SmolLM2)")
     parser.add_argument("--served-model-name", default=env.served_name,
                         help="the model id clients use (default: folder name)")
@@ -114,7 +116,8 @@ def command_line_settings(argv: list[str] | None = None) -> ServerSettings:
                         help="most characters of text in one request's messages (env DEMO_SERVER_MAX_CHARS, "
                              "default: %(default)s)")
     args = parser.parse_args(argv)
-    return replace(env, model=replace(env.model, backend=args.backend, model_path=args.model),
+    backend = args.backend or default_backend(args.model)
+    return replace(env, model=replace(env.model, backend=backend, model_path=args.model),
                    served_name=args.served_model_name, host=args.host, port=args.port, api_key=args.api_key,
                    cors_origins=comma_list(args.cors_origins),
                    limits=RequestLimits(max_messages=args.max_messages, max_chars=args.max_chars))

@@ -13,6 +13,7 @@ from app import attachments
 from app.agent import ToolSettings
 from app.chat_format import ImagePolicy
 from app.clients.base import Client
+from app.clients.choice import fallback_note
 from app.conversation import Conversation, Message
 from app.media import ImageError
 from app.ui import approvals, model_status, persistence, state
@@ -28,6 +29,8 @@ def show_model(client: Client | None, detail: str = "") -> None:
         model_status.render(client)
     if client is not None:
         st.caption(safe_markdown(client.describe() + detail))
+        if client.backend == "hf" and (note := fallback_note()):
+            st.caption(safe_markdown(note))
 
 
 def answer_if_asked(

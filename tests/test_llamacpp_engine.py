@@ -1,0 +1,216 @@
+"""llama.cpp out of the app's process: a native crash of its runner (SIGSEGV, SIGKILL as the OOM killer sends it,
+SIGILL) mid-answer is a clear error for the replies in flight, the app goes on, and the next reply starts the engine
+again and says so; a damaged GGUF is refused naming the file. Through the real runner process on the embedded GGUF,
+and through `python -m app.server` on 127.0.0.1 (what `make serve` runs, with no backend named)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import struct
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.clients.base import ClientError, GenerationParams
+from app.config import ModelSettings
+from harness.local_http import free_port
+from harness.processes import server_process
+from tests.helpers import ARTIFACTS, ROOT, collect, require_llama_cpp
+
+LONG = GenerationParams(temperature=0.0, max_new_tokens=3000, ignore_eos=True)
+SHORT = GenerationParams(temperature=0.0, max_new_tokens=8)
+STORY = [{"role": "user", "content": "Tell me a long story about a lighthouse."}]
+
+
+@pytest.fixture()
+def own_client(gguf_client):
+    """A client of its own (the shared one's engine must not be killed under the other tests)."""
+    from app.clients.llamacpp.client import LlamaCppClient
+
+    client = LlamaCppClient(ModelSettings(backend="llamacpp", max_context_tokens=4096, prompt_cache_mb=64))
+    yield client
+    client.close()
+
+
+def stream_until_killed(client, sig: int) -> tuple[list[str], BaseException | None]:
+    """Stream a long answer, send the runner `sig` after a few pieces of text; the pieces and what was raised."""
+    pieces: list[str] = []
+    try:
+        for delta in client.stream(STORY, LONG, threading.Event()):
+            if delta.text:
+                pieces.append(delta.text)
+                if len(pieces) == 5:
+                    client.engine.kill(sig)
+    except ClientError as exc:
+        return pieces, exc
+    return pieces, None
+
+
+@pytest.mark.parametrize("sig, words", [
+    (signal.SIGSEGV, "segmentation fault (SIGSEGV)"),
+    (signal.SIGKILL, "out of memory"),
+    (signal.SIGILL, "instruction this CPU cannot run"),
+])
+def test_a_crash_mid_answer_is_an_error_and_the_next_answer_restarts_the_engine(own_client, sig, words):
+    first_pid = own_client.engine.pid
+    pieces, error = stream_until_killed(own_client, sig)
+    assert len(pieces) >= 5 and error is not None, "the answer did not end with an error"
+    assert words in str(error) and "next message starts the engine again" in str(error), str(error)
+    assert own_client.activity().generating == 0 and own_client.activity().waiting == 0
+
+    started = time.monotonic()
+    text, deltas = collect(own_client, STORY, SHORT)
+    restarted_in = time.monotonic() - started
+    notices = [d.notice for d in deltas if d.notice]
+    assert text and deltas[-1].finish_reason == "length"
+    assert any("had stopped" in n and "started again" in n for n in notices), notices
+    assert own_client.engine.pid != first_pid and own_client.engine.restarts == 1
+    assert restarted_in < 60
+    assert "restarted 1×" in own_client.describe()
+    # And then it is just running again: no notice.
+    assert not [d.notice for d in collect(own_client, STORY, SHORT)[1] if d.notice]
+
+
+def test_a_crash_fails_every_reply_in_flight_and_the_queued_ones(own_client):
+    """Two sessions: one answering, one waiting its turn on the context. Both end with the error."""
+    errors: list[BaseException] = []
+    started = threading.Event()
+
+    def second() -> None:
+        started.wait(60)
+        try:
+            collect(own_client, STORY, LONG)
+        except ClientError as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=second)
+    thread.start()
+    pieces: list[str] = []
+    try:
+        for delta in own_client.stream(STORY, LONG, threading.Event()):
+            pieces.append(delta.text)
+            if len(pieces) == 3:
+                started.set()
+            if own_client.activity().waiting == 1 and len(pieces) > 3:
+                own_client.engine.kill(signal.SIGSEGV)
+    except ClientError as exc:
+        errors.append(exc)
+    thread.join(60)
+    assert len(errors) == 2 and all("SIGSEGV" in str(e) for e in errors), errors
+    assert collect(own_client, STORY, SHORT)[0]
+
+
+def test_stop_reaches_the_runner_and_the_context_serves_the_next_reply(own_client):
+    cancel = threading.Event()
+    pieces = 0
+    for delta in own_client.stream(STORY, LONG, cancel):
+        pieces += bool(delta.text)
+        if pieces == 3:
+            cancel.set()
+    assert pieces < 40
+    text, deltas = collect(own_client, STORY, SHORT)
+    assert text and deltas[-1].metrics.completion_tokens == 8
+
+
+# ----- damaged files ---------------------------------------------------------------------------------------------
+
+def _embedded_gguf() -> Path:
+    from app.embedded_model import gguf_path
+
+    return gguf_path()
+
+
+def truncated(tmp_path: Path) -> Path:
+    path = tmp_path / "truncated.gguf"
+    with _embedded_gguf().open("rb") as source:
+        path.write_bytes(source.read(3 * 2**20))
+    return path
+
+
+def huge_tensor_count(tmp_path: Path) -> Path:
+    """GGUF's header: magic, version (u32), tensor count (u64), metadata count (u64); the count says 2^62."""
+    path = tmp_path / "tensor-count.gguf"
+    shutil.copy(_embedded_gguf(), path)
+    with path.open("r+b") as file:
+        file.seek(8)
+        file.write(struct.pack("<Q", 2**62))
+    return path
+
+
+def scrambled_metadata(tmp_path: Path) -> Path:
+    """Random bytes over the metadata after the header: key lengths and types that make no sense."""
+    path = tmp_path / "scrambled.gguf"
+    shutil.copy(_embedded_gguf(), path)
+    with path.open("r+b") as file:
+        file.seek(24)
+        file.write(os.urandom(4096))
+    return path
+
+
+@pytest.mark.parametrize("damage", [truncated, huge_tensor_count, scrambled_metadata])
+def test_a_damaged_gguf_is_refused_naming_the_file(gguf_client, tmp_path, damage):
+    from app.clients.llamacpp.client import LlamaCppClient
+
+    path = damage(tmp_path)
+    with pytest.raises(ClientError) as refused:
+        LlamaCppClient(ModelSettings(backend="llamacpp", model_path=str(path)))
+    assert path.name in str(refused.value) and "llama.cpp could not load" in str(refused.value)
+    assert collect(gguf_client, STORY, SHORT)[0]  # and the engines already loaded go on
+
+
+# ----- through the API server --------------------------------------------------------------------------------------
+
+def _runner_pids(server_pid: int) -> list[int]:
+    import psutil
+
+    return [child.pid for child in psutil.Process(server_pid).children(recursive=True)
+            if "app.clients.llamacpp.runner" in " ".join(child.cmdline())]
+
+
+def test_the_api_server_survives_a_crash_and_answers_again(gguf_client, tmp_path):
+    """`python -m app.server` with no backend named: llama.cpp on the embedded GGUF. SIGSEGV to its runner while a
+    stream runs: that stream ends with an error event, /health stays up, the next request answers within 60 s."""
+    require_llama_cpp()
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = {k: v for k, v in os.environ.items() if k not in ("DEMO_BACKEND", "DEMO_MODEL")}
+    command = [sys.executable, "-m", "app.server", "--port", str(port)]
+    with server_process(command, f"{base}/health", cwd=ROOT, env=env, log=ARTIFACTS / "api-server-llamacpp-crash.log",
+                        start_timeout_s=180, lifetime_s=600) as process:
+        model = httpx.get(f"{base}/v1/models", timeout=10).json()["data"][0]["id"]
+        assert model.endswith(".gguf"), model  # the default engine on this CPU
+        events: list[dict] = []
+        error_event = None
+        with httpx.stream("POST", f"{base}/v1/chat/completions", timeout=120, json={
+                "model": model, "messages": STORY, "max_tokens": 3000, "stream": True, "ignore_eos": True,
+                "temperature": 0}) as response:
+            for line in response.iter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                event = json.loads(line[6:])
+                if "error" in event:
+                    error_event = event["error"]
+                    continue
+                events.append(event)
+                if len(events) == 5:
+                    pids = _runner_pids(process.pid)
+                    assert len(pids) == 1, pids
+                    os.kill(pids[0], signal.SIGSEGV)
+                    health = httpx.get(f"{base}/health", timeout=10)
+                    assert health.status_code == 200
+        assert error_event is not None and "SIGSEGV" in error_event["message"], error_event
+        assert process.poll() is None and httpx.get(f"{base}/health", timeout=10).status_code == 200
+        started = time.monotonic()
+        reply = httpx.post(f"{base}/v1/chat/completions", timeout=60, json={
+            "model": model, "messages": STORY, "max_tokens": 8, "temperature": 0})
+        took = time.monotonic() - started
+        assert reply.status_code == 200 and reply.json()["choices"][0]["message"]["content"], reply.text
+        print(f"\nafter SIGSEGV mid-stream: the next request answered in {took:.1f} s (engine restart included)")
+        assert took < 60
