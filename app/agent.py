@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from app.chat_format import ImagePolicy, process_input
-from app.clients.base import Client, ClientError, GenerationParams, ToolRequest
+from app.clients.base import Client, ClientError, GenerationParams, PromptWarming, ToolRequest
 from app.conversation import AnswerMetrics, CallFragment, Conversation, Message, PartialCalls, ToolCall
 from app.tools.policy import RunPolicy
 from app.tools.questions import AskedQuestion
@@ -191,6 +191,15 @@ def run_turn(
     turn = _Turn(client, conversation, params, system_prompt, cancel or threading.Event(), tools,
                  _image_policy(client, images or ImagePolicy()))
     yield from _loop(turn, rounds_used=0)
+
+
+def warm_turn(client: Client, params: GenerationParams, system_prompt: str = "",
+              tools: ToolSettings | None = None) -> None:
+    """Have a client that can (`PromptWarming`) read a first turn's common beginning ahead of it: the system prompt
+    and, with `tools`, their schemas, which for 10 tools are over a thousand tokens. The Tools page's first answer
+    then reads only the user's message."""
+    if isinstance(client, PromptWarming):
+        client.warm(process_input(Conversation(), system_prompt), params, tools.request(0) if tools else None)
 
 
 def pending_calls(conversation: Conversation) -> list[ToolCall]:

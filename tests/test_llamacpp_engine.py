@@ -214,3 +214,37 @@ def test_the_api_server_survives_a_crash_and_answers_again(gguf_client, tmp_path
         assert reply.status_code == 200 and reply.json()["choices"][0]["message"]["content"], reply.text
         print(f"\nafter SIGSEGV mid-stream: the next request answered in {took:.1f} s (engine restart included)")
         assert took < 60
+
+
+# ----- the tools' schemas read before the first turn ---------------------------------------------------------------
+
+def test_a_warmed_beginning_leaves_the_first_tools_turn_only_the_users_words(own_client):
+    """The Tools page warms its system prompt and tools' schemas when it loads (app.agent.warm_turn): the first turn
+    then takes all of them from the cache, and reads only the user's message."""
+    from app.agent import ToolSettings, warm_turn
+    from app.tools import load_tools
+
+    tools = ToolSettings(load_tools())
+    warm_turn(own_client, SHORT, "You are a helpful assistant.", tools)
+    deadline = time.monotonic() + 120
+    while not own_client.engine.warmed_tokens:
+        assert time.monotonic() < deadline, "the warm-up did not end"
+        time.sleep(0.05)
+    warmed = own_client.engine.warmed_tokens
+    assert warmed > 300  # the schemas of the app's tools
+    warm_turn(own_client, SHORT, "You are a helpful assistant.", tools)  # once per beginning: nothing new to read
+    _, deltas = collect(own_client, [{"role": "system", "content": "You are a helpful assistant."},
+                                     {"role": "user", "content": "What time is it in Tokyo?"}], SHORT, tools.request(0))
+    metrics = deltas[-1].metrics
+    assert metrics.cached_tokens == warmed and metrics.prompt_tokens - warmed < 30, metrics
+
+
+def test_a_reply_that_comes_during_a_warm_up_goes_first(own_client):
+    from app.clients.base import ToolRequest
+    from bench.peer_speed import tool_schemas
+
+    system = [{"role": "system", "content": "Be brief."}]
+    own_client.warm(system, SHORT, ToolRequest(tuple(tool_schemas())))
+    started = time.monotonic()
+    text, deltas = collect(own_client, STORY, SHORT)
+    assert text and time.monotonic() - started < 10  # not behind the whole warm-up's reading

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Generator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from app.conversation import AnswerMetrics, CallFragment, ToolCall
 from app.generation_defaults import GenerationDefaults
@@ -202,4 +202,14 @@ class Client(Protocol):
 
     def close(self) -> None:
         """Release the model and its memory."""
+        ...
+
+
+@runtime_checkable
+class PromptWarming(Protocol):
+    """A client whose engine keeps a prompt cache it can fill ahead of a request (llama.cpp's runner)."""
+
+    def warm(self, messages: list[dict[str, Any]], params: GenerationParams, tools: ToolRequest | None) -> None:
+        """Read, in the background and only while nothing else waits, the beginning every turn starting with
+        `messages` shares (the system prompt and the tools' schemas), so that such a turn reads only what follows."""
         ...

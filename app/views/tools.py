@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from app.agent import warm_turn
 from app.ui import approvals, mcp_library, sidebar, state, tool_settings, welcome
 from app.ui.chat_page import answer_if_asked, show_model
 from app.ui.client_cache import load_client
@@ -21,6 +22,7 @@ if client is not None:
     native = ("the model's chat template" if client.capabilities.native_tools
               else "a system prompt (the chat template knows no tools)")
     show_model(client, f" · tools described through {native}")
+    warm_turn(client, settings.params, settings.system_prompt, tools)  # the tools' schemas read before the first turn
 
 # Pinned to the bottom wherever it is called: called first, so that the welcome knows whether a message came.
 box = approvals.message_box(welcome.PLACEHOLDERS[PAGE], conversation)

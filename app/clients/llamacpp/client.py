@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import json
 import logging
 import os
 import threading
@@ -24,10 +25,10 @@ from typing import Any
 
 import psutil
 
-from app.clients.base import ClientError, ModelActivity
+from app.clients.base import ClientError, GenerationParams, ModelActivity, ToolRequest
 from app.clients.llamacpp.engine import EngineProcess, EngineStopped
 from app.clients.local import ChatTemplate, LocalTemplateClient, PreparedPrompt
-from app.clients.prefix_store import PromptCacheStats
+from app.clients.prefix_store import MIN_REUSE, PromptCacheStats
 from app.clients.streaming import EngineFeed, EngineOutput, EngineRequest
 from app.config import ModelSettings
 from app.embedded_model import gguf_path, is_embedded
@@ -88,6 +89,7 @@ class LlamaCppClient(LocalTemplateClient):
         self._waiting = 0
         self._generating = 0
         self._count_lock = threading.Lock()
+        self._warmed: set[str] = set()
 
     def describe(self) -> str:
         cache = f" · prompt cache {self.settings.prompt_cache_mb} MB" if self.settings.prompt_cache_mb else ""
@@ -109,6 +111,26 @@ class LlamaCppClient(LocalTemplateClient):
         with self._count_lock:
             self._waiting += waiting
             self._generating += generating
+
+    def warm(self, messages: list[dict[str, Any]], params: GenerationParams, tools: ToolRequest | None) -> None:
+        """Have the runner read what every turn after `messages` starts with (up to the user's first words), once
+        per distinct beginning; it does so only while no reply waits (app/clients/base.py's PromptWarming)."""
+        if not self.settings.prompt_cache_mb:
+            return
+        key = json.dumps([messages, tools.active_tools if tools else None, params.thinking], sort_keys=True,
+                         default=str)
+        with self._count_lock:
+            if key in self._warmed:
+                return
+            self._warmed.add(key)
+        try:
+            first, second = (self.template.render([*messages, {"role": "user", "content": word}], tools,
+                                                  thinking=params.thinking).token_ids for word in ("a", "b"))
+        except Exception:  # a template that cannot render this: nothing to warm, the turn will say what is wrong
+            return
+        shared = next((i for i, (x, y) in enumerate(zip(first, second, strict=False)) if x != y), 0)
+        if shared >= MIN_REUSE:
+            self.engine.warm(first[:shared])
 
     def prompt_cache_stats(self) -> PromptCacheStats:
         """The runner's prompt cache figures (all zero while it restarts)."""

@@ -41,6 +41,7 @@ class EngineProcess:
         self.file = describe_file  # the model file, as error messages name it
         self.info: dict[str, Any] = {}
         self.restarts = 0
+        self.warmed_tokens = 0  # what the context held after the last warm-up
         self.last_exit: str | None = None  # why the previous runner ended, until a new one is up
         self._ids = itertools.count(1)
         self._feeds: dict[int, EngineFeed] = {}
@@ -145,7 +146,11 @@ class EngineProcess:
             done.set()
 
     def _dispatch(self, message: dict[str, Any]) -> None:
-        op, request_id = message["op"], int(message["id"])
+        op = message["op"]
+        if op == "warmed":
+            self.warmed_tokens = int(message["tokens"])
+            return
+        request_id = int(message["id"])
         if op == "stats":
             with self._lock:
                 call = self._calls.pop(request_id, None)
@@ -202,6 +207,10 @@ class EngineProcess:
             feed.fail(EngineStopped(f"the engine is not running ({self.last_exit or 'it stopped'})"))
             feed.close()
         return request_id
+
+    def warm(self, tokens: list[int]) -> None:
+        """Have the runner read `tokens` into its context (and so its prompt cache) while no reply waits."""
+        self._send({"op": "warm", "tokens": tokens})
 
     def abort(self, request_id: int) -> None:
         self._send({"op": "abort", "id": request_id})

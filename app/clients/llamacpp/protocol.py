@@ -6,12 +6,13 @@ over must not be able to run code in the app by what it sends back). Each has an
 app → runner: the load settings first (no op), then
 - `generate` {id, tokens, params, stop_ids, grammar, max_new_tokens}: one reply;
 - `abort` {id}: stop that reply (or drop it if it has not started);
+- `warm` {tokens}: read these into the context while no reply waits (a turn's common beginning);
 - `stats` {id}: the prompt cache's figures;
 - `shutdown`.
 
 runner → app: `ready` {pid, n_ctx, n_vocab, eos, cache} or `failed` {error} after loading, then per reply
 `started` {id, cached}, `text` {id, text, n} (n tokens), `done` {id, finish, text, n, usage} or `error` {id, error},
-and `stats` {id, …PromptCacheStats}.
+`stats` {id, …PromptCacheStats}, and `warmed` {tokens} (how many the context holds after a warm-up).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import signal
 
 MAX_MESSAGE_BYTES = 64 * 2**20  # a prompt of a million tokens fits; a runner gone wrong cannot send more
+WARM_CHUNK = 128  # tokens a warm-up reads before it looks whether a reply waits (about half a second here)
 FLUSH_MS = 40.0  # tokens generated within this time after the last message go together (the first one at once)
 
 _SIGNALS = {

@@ -72,7 +72,7 @@ class Runner:
             while True:
                 message = json.loads(self.conn.recv_bytes(protocol.MAX_MESSAGE_BYTES))
                 op = message.get("op")
-                if op == "generate":
+                if op in ("generate", "warm"):
                     self._requests.put(message)
                 elif op == "abort":
                     with self._aborted_lock:
@@ -94,6 +94,9 @@ class Runner:
     def serve(self) -> None:
         threading.Thread(target=self.read, name="llamacpp-reader", daemon=True).start()
         while (request := self._requests.get()) is not None:
+            if request["op"] == "warm":
+                self.warm(request["tokens"])
+                continue
             request_id = int(request["id"])
             try:
                 if not self.aborted(request_id):
@@ -153,6 +156,18 @@ class Runner:
         pending.append(decoder.decode(b"", final=True))
         self.send({"op": "done", "id": request_id, "finish": finish, "text": "".join(pending), "n": unsent,
                    "usage": [len(token_ids), generated]})
+
+    def warm(self, tokens: list[int]) -> None:
+        """Read `tokens` into the context a chunk at a time, stopping as soon as a reply waits (what was read stays:
+        the prompt cache matches prefixes). The next reply that starts with them reads only what follows."""
+        try:
+            self.cache.prepare([*tokens, 0])
+            while self.llama.n_tokens < len(tokens) and self._requests.empty():
+                start = self.llama.n_tokens
+                self.llama.eval(tokens[start:start + protocol.WARM_CHUNK])
+        except Exception:  # a warm-up is a favour: a failure costs the reply that follows only the reading
+            self.llama.reset()
+        self.send({"op": "warmed", "tokens": int(self.llama.n_tokens)})
 
     def grammars(self, stop_ids: list[int]) -> Any:
         """Grammars for this model's vocabulary, as the transformers backend compiles them; the tokenizer (read
