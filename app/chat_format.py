@@ -286,7 +286,12 @@ class NativeCalls:
 
 
 class PromptTooLong(ValueError):
-    """Even the newest user turn alone does not fit the context window."""
+    """Even the newest user turn alone does not fit the context window; `needed` is its token count (with the
+    system prompt), `budget` what fit."""
+
+    def __init__(self, message: str, needed: int = 0, budget: int = 0) -> None:
+        super().__init__(message)
+        self.needed, self.budget = needed, budget
 
 
 @dataclass
@@ -329,7 +334,8 @@ def fit_to_context(
         raise PromptTooLong(
             f"The prompt needs {tokens(newest)} tokens but only {budget} fit "
             "(context window minus room for the answer). Shorten the message or the system prompt, "
-            "lower 'Max new tokens', or use a model with a longer context window."
+            "lower 'Max new tokens', or use a model with a longer context window.",
+            needed=tokens(newest), budget=budget,
         )
     first = 0 if tokens(0) <= budget else _first_fitting(lambda turn: tokens(turn) <= budget, newest)
     start = turn_starts[first]

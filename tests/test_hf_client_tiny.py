@@ -209,7 +209,7 @@ def test_fitting_ten_thousand_messages_renders_each_message_about_once(tiny_mode
 
 def test_a_message_longer_than_the_context_window_is_a_clear_error(tiny_model_dir):
     client = HFClient(ModelSettings(dtype="float32", model_path=str(tiny_model_dir), max_context_tokens=64))
-    with pytest.raises(ClientError, match="only 32 fit"):
+    with pytest.raises(ClientError, match="context window holds 64, and at least 32 of them must stay free"):
         collect(client, [{"role": "user", "content": "word " * 200}], GenerationParams(max_new_tokens=40))
 
 
@@ -301,3 +301,33 @@ def test_any_integer_seed_generates_and_seeds_modulo_two_to_the_64(tiny_client):
     answers = [collect(tiny_client, HELLO, replace(sampled, seed=seed))[0] for seed in (2**70 + 5, 5, -(2**70))]
     assert answers[0] == answers[1]  # torch.manual_seed refused 2**70 ("Overflow when unpacking long")
     assert answers[2] == collect(tiny_client, HELLO, replace(sampled, seed=-(2**70) % 2**64))[0]
+
+
+def test_a_newest_turn_longer_than_the_usual_budget_is_answered_alone_in_the_room_left(tiny_model_dir):
+    """The answer's usual room is min(max new tokens, half the window); a newest turn longer than the rest is still
+    answered, alone and shortened, while it leaves 64 tokens (as llama-server and vLLM answer any prompt that fits:
+    Codex sends no output limit and was refused an 8,084-token prompt on an 8,192-token model). One that does not
+    leave them is refused with its size and the window's."""
+    from app.clients.base import ClientError
+
+    client = HFClient(ModelSettings(dtype="float32", model_path=str(tiny_model_dir), max_context_tokens=200))
+
+    def turn(words: int) -> list[dict[str, str]]:
+        return [{"role": "user", "content": "Old question"}, {"role": "assistant", "content": "Old answer"},
+                {"role": "user", "content": " ".join(["Paris"] * words)}]
+
+    def size(messages: list[dict[str, str]]) -> int:
+        return len(client.template.render(messages[-1:]).token_ids)
+
+    words = next(n for n in range(1, 400) if size(turn(n)) >= 110)  # over the usual 100, under 200 - 64
+    text, deltas = collect(client, turn(words), GenerationParams(temperature=0.0, max_new_tokens=100))
+    final = deltas[-1].metrics
+    assert final.prompt_tokens == size(turn(words)) and final.dropped_messages == 2
+    assert final.completion_tokens == 200 - final.prompt_tokens and deltas[-1].finish_reason == "length"
+
+    too_long = next(n for n in range(words, 800) if size(turn(n)) > 200 - 64)
+    with pytest.raises(ClientError) as refused:
+        collect(client, turn(too_long), GenerationParams(temperature=0.0, max_new_tokens=100))
+    assert f"The prompt has {size(turn(too_long))} tokens" in str(refused.value)
+    assert "context window holds 200" in str(refused.value) and "at least 64" in str(refused.value)
+    client.close()

@@ -30,6 +30,9 @@ from app.generation_defaults import GenerationDefaults, generation_defaults
 from app.schema_limits import schema_size_problem
 from app.thinking import THINK_TAGS
 
+# The least room a prompt must leave for its answer: a prompt longer than the usual budget (the context window less
+# min(max new tokens, half the window)) is still answered while it leaves this much.
+MIN_ANSWER_TOKENS = 64
 # Used only when a model ships no chat template at all (base models): plain ChatML.
 FALLBACK_CHAT_TEMPLATE = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + (message['content'] or '') "
@@ -272,9 +275,24 @@ class ChatTemplate:
             return len(encoded.token_ids)
 
         try:
-            fitted = fit_to_context(messages, count, budget)
-        except (PromptTooLong, ClientError) as exc:
-            raise ClientError(str(exc)) from exc
+            try:
+                fitted = fit_to_context(messages, count, budget)
+            except PromptTooLong as exc:
+                # The newest turn alone is longer than the room left beside the answer's: it is still answered
+                # (alone) while it leaves the answer MIN_ANSWER_TOKENS, as llama-server and vLLM answer any prompt
+                # that fits, the answer shortened. (Codex sends no output limit: the answer's room was half the
+                # window, and an 8,084-token prompt was refused on an 8,192-token model.)
+                floor = min(reserve, MIN_ANSWER_TOKENS)
+                if exc.needed > self.context_window - floor:
+                    raise ClientError(
+                        f"The prompt has {exc.needed} tokens, but this model's context window holds "
+                        f"{self.context_window}, and at least {floor} of them must stay free for the answer: "
+                        "shorten the message or the system prompt, or use a model with a longer context window."
+                    ) from exc
+                budget = exc.needed  # (read by `count` too)
+                fitted = fit_to_context(messages, count, budget)
+        except ClientError:
+            raise
         except Exception as exc:  # a template that cannot render these messages
             raise ClientError(f"The model's chat template could not render the conversation: {exc}") from exc
         return fitting[len(fitted.messages)], fitted.dropped_messages
