@@ -83,10 +83,10 @@ def compare_app_with_api(smollm2_dir, browser, tmp_path_factory):
 @pytest.fixture(scope="module")
 def compare_app_with_llamacpp(smollm2_dir, browser, tmp_path_factory):
     """The app comparing the embedded SmolLM2 on transformers with its GGUF on llama.cpp (both by the empty model
-    path: the embedded model)."""
+    path: the embedded model; llama.cpp is the model picker's, the default on a CPU)."""
     require_llama_cpp()
     greedy = {"temperature": 0, "max_new_tokens": 30}
-    targets = [{"label": "Transformers", "sampling": greedy},
+    targets = [{"label": "Transformers", "model": {"backend": "hf"}, "sampling": greedy},
                {"label": "llama.cpp", "model": {"backend": "llamacpp"}, "sampling": greedy}]
     with streamlit_app(app_env(tmp_path_factory, "compare-llamacpp-db", targets), "streamlit-compare-llamacpp.log") \
             as url:
@@ -354,7 +354,10 @@ def test_a_llama_cpp_target(compare_app_with_llamacpp, browser):
             pane = panes(page).nth(index)
             check_metrics(pane)
             assert answer_text(pane, begun=True), pane.inner_text()
-        # The page's own pool holds the llama.cpp model; the sidebar lists it with its size.
-        loaded = page.get_by_test_id("stSidebar").get_by_test_id("stCaptionContainer").filter(has_text="· llamacpp ·")
+        # llama.cpp is the model picker's engine (the default here); the page's own pool holds the transformers
+        # one, and the sidebar lists it with its size.
+        sidebar = page.get_by_test_id("stSidebar")
+        expect(sidebar.get_by_text("shared with every page")).to_have_count(1)
+        loaded = sidebar.get_by_test_id("stCaptionContainer").filter(has_text="· hf ·")
         expect(loaded).to_have_count(1, timeout=30_000)
-        assert re.search(r"· llamacpp · ≈ \d+(\.\d)? [kMG]B RAM", loaded.inner_text()), loaded.inner_text()
+        assert re.search(r"· hf · ≈ \d+(\.\d)? [kMG]B RAM", loaded.inner_text()), loaded.inner_text()

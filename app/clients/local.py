@@ -367,13 +367,18 @@ class LocalTemplateClient(ABC):
     template: ChatTemplate
     model_path: Path
 
+    @property
+    def model_name(self) -> str:
+        """The model's name, as the API serves it: its folder's (or file's) name."""
+        return self.model_path.name
+
     @functools.cached_property
     def generation_defaults(self) -> GenerationDefaults:
-        return generation_defaults(self.model_path.name, self.model_path)
+        return generation_defaults(self.model_name, self.model_path)
 
     @functools.cached_property
     def capabilities(self) -> Capabilities:
-        return Capabilities(model_id=self.model_path.name, native_tools=self.template.native_tools,
+        return Capabilities(model_id=self.model_name, native_tools=self.template.native_tools,
                             dialect=self.template.dialect.name, context_window=self.template.context_window,
                             vision=self.template.vision, thinking=self.template.thinking_markers is not None,
                             thinking_switch=self.template.thinking_switch,

@@ -32,6 +32,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
 
+from app.clients.choice import default_backend
 from app.clients.registry import BACKENDS
 from app.config import ModelSettings
 from app.embedded_model import model_folder
@@ -210,6 +211,10 @@ def build_target(spec: TargetSpec, base: ModelSettings) -> Target:
     given = spec.model.model_dump(exclude_none=True)
     if "path" in given:
         given["model_path"] = given.pop("path")
+        if "backend" not in given and base.backend in ("hf", "llamacpp"):
+            # The base's local engine was chosen for its own model: a folder is read by transformers, a GGUF by
+            # llama.cpp where it runs (or what DEMO_BACKEND names).
+            given["backend"] = default_backend(given["model_path"])
     settings = replace(base, **given)
     sampling = spec.sampling.model_dump(exclude_none=True)
     defaults = defaults_for_settings(settings)

@@ -31,7 +31,7 @@ from app.clients.local import ChatTemplate, LocalTemplateClient, PreparedPrompt
 from app.clients.prefix_store import MIN_REUSE, PromptCacheStats
 from app.clients.streaming import EngineFeed, EngineOutput, EngineRequest
 from app.config import ModelSettings
-from app.embedded_model import gguf_path, is_embedded
+from app.embedded_model import FOLDER_NAME, gguf_path, is_embedded
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +90,12 @@ class LlamaCppClient(LocalTemplateClient):
         self._generating = 0
         self._count_lock = threading.Lock()
         self._warmed: set[str] = set()
+
+    @property
+    def model_name(self) -> str:
+        """The embedded model keeps its one name on every engine ("SmolLM2-135M-Instruct", not its GGUF's file name),
+        so that API clients and the README's examples need not know which engine serves it."""
+        return FOLDER_NAME if is_embedded(self.settings.model_path) else self.model_path.name
 
     def describe(self) -> str:
         cache = f" · prompt cache {self.settings.prompt_cache_mb} MB" if self.settings.prompt_cache_mb else ""

@@ -25,6 +25,11 @@ RECORD = Path(sys.prefix) / "llamacpp-probe.json"
 BUILD_RECORD = Path(sys.prefix) / "llamacpp-build.json"  # written by build.py when a build fails
 
 
+# Long enough (about 90 tokens) that the prompt goes through the batched matrix kernels, where a build's wider
+# instructions run, and then one token through the decode path.
+PROBE_PROMPT = " ".join(["Lighthouses guide ships along rocky coasts at night."] * 9) + " The capital of France is"
+
+
 @dataclass(frozen=True)
 class Verdict:
     ok: bool
@@ -66,7 +71,7 @@ def run_probe() -> Verdict:
     except ClientError as exc:
         return Verdict(False, str(exc))
     try:
-        deltas = list(client.complete("The capital of France is", GenerationParams(temperature=0.0, max_new_tokens=1),
+        deltas = list(client.complete(PROBE_PROMPT, GenerationParams(temperature=0.0, max_new_tokens=1),
                                       threading.Event()))
         tokens = deltas[-1].metrics.completion_tokens
     except ClientError as exc:
