@@ -155,3 +155,23 @@ def test_the_chat_page_says_why_it_runs_on_transformers(fresh_choice, monkeypatc
         assert "llama.cpp, the faster engine on a CPU, is not used: its build failed" in captions, captions
     finally:
         st.cache_resource.clear()
+
+
+def test_a_failed_build_never_fails_setup_and_its_reason_is_kept(monkeypatch, tmp_path, capsys):
+    """A build that fails (here: a version the index does not have) prints why, returns 0 (make setup goes on), and
+    leaves its reason for the app's verdict; nothing is installed over the working binding."""
+    from app.clients.llamacpp import build
+
+    record = tmp_path / "llamacpp-build.json"
+    monkeypatch.setattr(build, "BUILD_RECORD", record)
+    monkeypatch.setattr(probe, "BUILD_RECORD", record)
+    monkeypatch.setattr(build, "PACKAGE", "llama-cpp-python==0.0.0")
+    monkeypatch.setattr(build, "wheel_dir", lambda args: tmp_path / "wheels")
+    monkeypatch.setattr(sys, "prefix", str(tmp_path))  # the build log goes there too
+    assert build.main() == 0
+    out = capsys.readouterr().out
+    assert "llama.cpp could not be built here (pip wheel exited with" in out and "runs on transformers" in out
+    assert "pip wheel exited with" in record.read_text()
+    monkeypatch.setattr(probe, "_library_key", lambda: None)  # as where nothing was installed
+    verdict = probe.verdict()
+    assert not verdict.ok and verdict.reason.startswith("its build failed (pip wheel exited with")
