@@ -137,24 +137,14 @@ def test_make_runs_output_names_the_engine_it_starts_on(gguf_client):
 
 def test_the_chat_page_says_why_it_runs_on_transformers(fresh_choice, monkeypatch, tmp_path, smollm2_dir):
     """The page's status caption, when the build did not answer: the app is up on transformers and says why."""
-    import streamlit as st
-    from streamlit.testing.v1 import AppTest
-
-    from tests.helpers import MAIN
+    from tests.helpers import open_app
 
     monkeypatch.setattr(probe, "usable", lambda: probe.Verdict(False, "its build failed (pip wheel exited with 1)"))
     monkeypatch.setenv("DEMO_DATABASE_URL", f"sqlite:///{tmp_path}/conversations.db")
-    monkeypatch.setenv("DEMO_MODEL", "")
-    st.cache_resource.clear()
-    try:
-        at = AppTest.from_file(MAIN, default_timeout=180)
-        at.run()
-        assert not at.exception
+    with open_app(monkeypatch, "", timeout=180) as at:  # the embedded model, no backend named
         captions = " ".join(caption.value for caption in at.caption)
-        assert "transformers" in captions.lower() or "cpu" in captions.lower()
+        assert "transformers · SmolLM2-135M-Instruct" in captions, captions  # the page is up, on transformers
         assert "llama.cpp, the faster engine on a CPU, is not used: its build failed" in captions, captions
-    finally:
-        st.cache_resource.clear()
 
 
 def test_a_failed_build_never_fails_setup_and_its_reason_is_kept(monkeypatch, tmp_path, capsys):

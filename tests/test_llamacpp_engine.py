@@ -134,24 +134,23 @@ def truncated(tmp_path: Path) -> Path:
     return path
 
 
-def huge_tensor_count(tmp_path: Path) -> Path:
-    """GGUF's header: magic, version (u32), tensor count (u64), metadata count (u64); the count says 2^62."""
-    path = tmp_path / "tensor-count.gguf"
+def _damaged_copy(tmp_path: Path, name: str, offset: int, data: bytes) -> Path:
+    path = tmp_path / name
     shutil.copy(_embedded_gguf(), path)
     with path.open("r+b") as file:
-        file.seek(8)
-        file.write(struct.pack("<Q", 2**62))
+        file.seek(offset)
+        file.write(data)
     return path
+
+
+def huge_tensor_count(tmp_path: Path) -> Path:
+    """GGUF's header: magic, version (u32), tensor count (u64), metadata count (u64); the count says 2^62."""
+    return _damaged_copy(tmp_path, "tensor-count.gguf", 8, struct.pack("<Q", 2**62))
 
 
 def scrambled_metadata(tmp_path: Path) -> Path:
     """Random bytes over the metadata after the header: key lengths and types that make no sense."""
-    path = tmp_path / "scrambled.gguf"
-    shutil.copy(_embedded_gguf(), path)
-    with path.open("r+b") as file:
-        file.seek(24)
-        file.write(os.urandom(4096))
-    return path
+    return _damaged_copy(tmp_path, "scrambled.gguf", 24, os.urandom(4096))
 
 
 @pytest.mark.parametrize("damage", [truncated, huge_tensor_count, scrambled_metadata])
