@@ -14,7 +14,6 @@ another conversation was answered in between.
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import json
 import logging
@@ -77,7 +76,7 @@ class LlamaCppClient(LocalTemplateClient):
                   "cache_bytes": settings.prompt_cache_mb * 2**20}
         try:
             # The file is read by llama.cpp first, in the runner: a damaged or hostile one can only end that process.
-            self.engine = EngineProcess(config, self.model_path.name)
+            self.engine = EngineProcess(config)
         except EngineStopped as exc:
             raise ClientError(f"llama.cpp could not load {self.model_path}: {exc}") from exc
         try:
@@ -143,10 +142,6 @@ class LlamaCppClient(LocalTemplateClient):
         reply = self.engine.stats()
         return PromptCacheStats(**{name: int(reply.get(name, 0)) for name in PromptCacheStats.__dataclass_fields__})
 
-    @functools.cached_property
-    def _stop_ids(self) -> list[int]:
-        return list(self.stop_token_ids)
-
     def close(self) -> None:
         self.engine.close()
 
@@ -176,7 +171,7 @@ class _Request:
             feed.put(EngineOutput(notice=notice))
         request: dict[str, Any] = {
             "tokens": list(self.prompt.token_ids), "max_new_tokens": self.prompt.max_new_tokens,
-            "stop_ids": client._stop_ids, "grammar": self.prompt.grammar,
+            "stop_ids": client.stop_token_ids, "grammar": self.prompt.grammar,
             "params": {"temperature": 0.0 if params.greedy else params.temperature, "top_p": params.top_p,
                        "top_k": params.top_k, "repeat_penalty": params.repetition_penalty, "seed": params.seed,
                        "ignore_eos": params.ignore_eos},

@@ -36,9 +36,8 @@ class EngineStopped(RuntimeError):
 class EngineProcess:
     """One runner process for one GGUF, restarted on demand. Thread-safe: every session's replies go through it."""
 
-    def __init__(self, config: dict[str, Any], describe_file: str) -> None:
+    def __init__(self, config: dict[str, Any]) -> None:
         self.config = config
-        self.file = describe_file  # the model file, as error messages name it
         self.info: dict[str, Any] = {}
         self.restarts = 0
         self.warmed_tokens = 0  # what the context held after the last warm-up
