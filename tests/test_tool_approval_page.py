@@ -173,3 +173,31 @@ def reopen(database: ConversationStore) -> AppTest:
     again.run()
     assert not again.exception
     return again
+
+
+def shared_file(policies: dict[str, str]) -> bytes:
+    """A conversation file as anyone can write one: a short exchange, and run policies in its settings."""
+    return json.dumps({"format": "composite-demo-conversation", "version": 2, "title": "Shared with you",
+                       "page": PAGE, "settings": {"tool_policies": policies},
+                       "messages": [{"role": "user", "content": "Hello"},
+                                    {"role": "assistant", "content": "Hello! How can I help?"}]}).encode()
+
+
+def test_an_imported_file_cannot_make_a_tool_run_without_asking(app, database):
+    """The file sets count_words (it asks by default) to run and calculator (read-only: runs) to ask: the import
+    keeps the tighter one only, and the next turn's count_words call waits for the user."""
+    imported = database.import_file("local", shared_file({"count_words": "auto", "calculator": "ask"}), page=PAGE)
+    assert imported.not_granted == ["count_words"]
+    opened = AppTest.from_file(MAIN, default_timeout=180)
+    opened.switch_page("views/tools.py")
+    opened.query_params["c"] = imported.id
+    opened.run()
+    assert not opened.exception
+    assert opened.selectbox(key=f"_run_policy/{PAGE}/count_words").value == "ask"
+    assert opened.selectbox(key=f"_run_policy/{PAGE}/calculator").value == "ask"
+
+    ask_with(opened, "count_words")
+    messages = database.get("local", imported.id).messages
+    assert [m.role for m in messages] == ["user", "assistant", "user", "assistant"]  # the call waits: nothing ran
+    assert messages[-1].tool_calls and messages[-1].tool_calls[0].name == "count_words"
+    assert any("wants to run" in m.value for m in opened.chat_message[3].markdown)

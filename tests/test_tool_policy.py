@@ -37,7 +37,7 @@ from app.mcp_client.config import parse_config, policy_defaults
 from app.storage import ConversationStore, open_database
 from app.storage.codec import decode_message_json, encode_message_json
 from app.tools import load_tools
-from app.tools.policy import PolicyDefaults, RunPolicy, ServerPolicies, default_policy, policy_for
+from app.tools.policy import PolicyDefaults, RunPolicy, ServerPolicies, default_policy, imported_policies, policy_for
 from app.tools.registry import Tool, ToolHints, ToolRegistry, function_schema
 from app.tools.session import SessionTools
 from tests.fake_client import ScriptedClient, call_reply, text_reply
@@ -141,8 +141,8 @@ def test_the_users_choice_beats_the_tools_setting_which_beats_the_servers_which_
     assert policy_for(reader, {}) == "auto"
     assert policy_for(reader, {}, PolicyDefaults({"docs": ServerPolicies("ask")})) == "ask"
     assert policy_for(reader, {}, PolicyDefaults({"docs": ServerPolicies("ask", {"lookup": "never"})})) == "never"
-    assert policy_for(reader, {"lookup": "auto"},
-                      PolicyDefaults({"docs": ServerPolicies("ask", {"lookup": "never"})})) == "auto"
+    assert policy_for(reader, {"lookup": "auto"}, PolicyDefaults({"docs": ServerPolicies("ask")})) == "auto"
+    assert policy_for(reader, {"lookup": "never"}, PolicyDefaults({"docs": ServerPolicies("auto")})) == "never"
     # Another server's settings and other tools' overrides do not apply; the app's own tools have no server.
     elsewhere = PolicyDefaults({"files": ServerPolicies("never", {"lookup": "never"})})
     assert policy_for(reader, {"other": "never"}, elsewhere) == "auto"
@@ -486,3 +486,17 @@ def test_an_export_from_before_edits_and_denials_still_imports(store):
     assert copy.messages[1].tool_calls == [ToolCall("f", {}, id="c1")] and copy.messages[1].tool_calls[0].edited_from \
         is None
 
+
+@pytest.mark.parametrize("admin", [ServerPolicies("never"), ServerPolicies("ask", {"lookup": "never"})])
+@pytest.mark.parametrize("chosen", ["auto", "ask"])
+def test_the_administrators_never_wins_over_any_choice(admin, chosen):
+    """A conversation (the user's, or one imported from a file) cannot bring back a tool mcp.json switched off."""
+    reader = _tool(ToolHints(read_only=True, open_world=False))
+    assert policy_for(reader, {"lookup": chosen}, PolicyDefaults({"docs": admin})) == "never"
+
+
+def test_an_import_keeps_only_the_policies_that_tighten():
+    kept, not_granted = imported_policies({"count_words": "auto", "calculator": "ask", "python": "never",
+                                           "open_url": "auto"})
+    assert kept == {"calculator": "ask", "python": "never"}
+    assert not_granted == ["count_words", "open_url"]

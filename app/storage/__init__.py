@@ -14,13 +14,14 @@ from app.storage.errors import (
     UnreadableConversation,
     VersionConflict,
 )
-from app.storage.records import ConversationSummary, StoredConversation
+from app.storage.records import ConversationSummary, ImportOutcome, StoredConversation
 from app.storage.repository import ConversationStore
 from app.storage.responses import ResponseChainTooLong, ResponseNotFound, ResponseStore, StoredResponse
 
 __all__ = ["CompareVote", "CompareVoteStore", "ConversationNotFound", "ConversationStore", "ConversationSummary",
-           "ImportRejected", "ResponseChainTooLong", "ResponseNotFound", "ResponseStore", "StorageError",
-           "StoredConversation", "StoredResponse", "UnreadableConversation", "VersionConflict", "VoteOutcome",
+           "ImportOutcome", "ImportRejected", "ResponseChainTooLong", "ResponseNotFound", "ResponseStore",
+           "StorageError", "StoredConversation", "StoredResponse", "UnreadableConversation", "VersionConflict",
+           "VoteOutcome",
            "default_store", "open_database"]
 
 

@@ -33,3 +33,12 @@ class StoredConversation:
     updated_at: datetime
     message_count: int  # the messages shown; len(messages) when they were read
     messages: list[Message]  # in order, without truncated ones; empty when read with with_messages=False
+
+
+@dataclass(frozen=True)
+class ImportOutcome:
+    """A conversation imported from a file: its id, and the tools the file asked to run without asking, which keep
+    their defaults (an import carries preferences, never permissions)."""
+
+    id: str
+    not_granted: list[str]

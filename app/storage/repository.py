@@ -41,7 +41,7 @@ from app.storage.errors import (
 from app.storage.models import ConversationRow as C
 from app.storage.models import MessageRow as M
 from app.storage.models import PreferencesRow as P
-from app.storage.records import ConversationSummary, StoredConversation
+from app.storage.records import ConversationSummary, ImportOutcome, StoredConversation
 from app.storage.schema import PreferencesRecord, describe
 from app.storage.sessions import EngineStore
 
@@ -188,8 +188,13 @@ class ConversationStore(EngineStore):
         return codec.conversation_to_markdown(stored.title, stored.messages)
 
     def import_json(self, owner: str, raw: bytes, page: str | None = None) -> str:
+        """import_file, returning only the new conversation's id."""
+        return self.import_file(owner, raw, page).id
+
+    def import_file(self, owner: str, raw: bytes, page: str | None = None) -> ImportOutcome:
         """A new conversation of the owner's from an export_json file (JSON bytes, at most 50 MB, at most 10,000
-        messages), on `page` if given (the page it is imported on) else the file's; returns its id.
+        messages), on `page` if given (the page it is imported on) else the file's: its id, and the tools whose
+        run-without-asking the file's settings asked for and did not get (transfer.py).
         ImportRejected says what is wrong and where; nothing is created then, nor if the database fails half-way
         (one transaction)."""
         _check_owner(owner)
@@ -205,7 +210,7 @@ class ConversationStore(EngineStore):
             session.flush()  # the conversation before its messages (foreign key)
             if rows:
                 session.execute(insert(M), rows)
-        return conversation_id
+        return ImportOutcome(conversation_id, imported.not_granted)
 
     # ----- preferences ------------------------------------------------------------------------------------------
 

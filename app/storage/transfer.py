@@ -15,6 +15,9 @@ The file (format version 2):
 
 Version 1 is the same without versions (no `versions` or `version_index` in a record); both are imported.
 
+`settings.tool_policies` are preferences, not permissions: only those that make a tool ask first or never run are
+imported (app/tools/policy.py, imported_policies); a tool the file sets to run without asking keeps its default.
+
 `metadata` is optional: without it the messages are read as plain OpenAI messages. With it, it is what the import
 restores, and it must match `messages` in length and roles.
 
@@ -31,7 +34,7 @@ at most MAX_ALL_MESSAGES messages; a file nested deeper than the JSON parser's l
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated, Any, Literal, Self
 
@@ -52,6 +55,7 @@ from app.storage.codec import MAX_TITLE_CHARS, encode_message
 from app.storage.errors import ImportRejected
 from app.storage.records import StoredConversation
 from app.storage.schema import MessageRecord, SettingsRecord, describe
+from app.tools.policy import imported_policies
 
 FORMAT = "composite-demo-conversation"
 FORMAT_VERSION = 2
@@ -88,6 +92,8 @@ class ImportedConversation:
     settings: dict[str, Any]
     created_at: datetime | None
     messages: list[Message]
+    # Tools the file set to run without asking: left at their defaults (an import carries no permissions).
+    not_granted: list[str] = field(default_factory=list)
 
 
 def parse_import(raw: bytes) -> ImportedConversation:
@@ -107,8 +113,11 @@ def parse_import(raw: bytes) -> ImportedConversation:
         _check_branches(messages, source)
     except ImportRejected as exc:
         raise ImportRejected(_shortened(str(exc))) from None
-    return ImportedConversation(document.title, document.page, document.settings.model_dump(exclude_unset=True),
-                                document.created_at, messages)
+    settings = document.settings.model_dump(exclude_unset=True)
+    not_granted: list[str] = []
+    if "tool_policies" in settings:
+        settings["tool_policies"], not_granted = imported_policies(settings["tool_policies"])
+    return ImportedConversation(document.title, document.page, settings, document.created_at, messages, not_granted)
 
 
 _VERSION_STEPS = re.compile(r"(?:\.versions\[\d+\]\[\d+\]){6,}")

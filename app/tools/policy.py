@@ -7,10 +7,15 @@
 
 A tool's policy is the first of these that says one (`policy_for`):
 
+    0. the administrator's "never" for this tool or its server in mcp.json: nothing overrides it;
     1. the user's choice for this tool in this conversation (by the tool's registry name);
     2. the administrator's for this tool in mcp.json: a server entry's "tools": {"the server's own tool name": ...};
     3. the administrator's for all the tools of its server in mcp.json: a server entry's "policy";
     4. what the tool says it does (`default_policy`).
+
+Policies that come with a conversation from a file (an import: shared, downloaded, written by anyone) are
+preferences, not permissions: `imported_policies` keeps only those that make a tool ask or never run, so that a file
+can tighten what runs without asking but never loosen it.
 """
 
 from __future__ import annotations
@@ -85,15 +90,31 @@ def policy_for(tool: Tool, overrides: Mapping[str, RunPolicy],
                admin_defaults: PolicyDefaults | None = None) -> RunPolicy:
     """The tool's run policy: the user's override (`overrides`, by registry tool name, per conversation), else the
     administrator's for the tool, else for its server, else `default_policy` (the order above). ValueError for an
-    override that is no policy, rather than guessing what was meant."""
-    override = overrides.get(tool.name)
-    if override is not None:
-        if override not in RUN_POLICIES:
-            raise ValueError(f"{override!r} is not a run policy for {tool.name}; expected one of "
-                             f"{', '.join(RUN_POLICIES)}")
-        return override
+    override that is no policy, rather than guessing what was meant. The administrator's "never" wins over any
+    override: a tool they switched off stays off whatever a conversation says."""
     admin = (admin_defaults or PolicyDefaults()).for_tool(tool)
+    override = overrides.get(tool.name)
+    if override is not None and override not in RUN_POLICIES:
+        raise ValueError(f"{override!r} is not a run policy for {tool.name}; expected one of "
+                         f"{', '.join(RUN_POLICIES)}")
+    if admin == "never":
+        return admin
+    if override is not None:
+        return override
     return admin if admin is not None else default_policy(tool)
+
+
+# What a file may ask of a tool: to ask first, or never to run. "auto" (run without asking) is a permission only the
+# user grants, in the app, for their own conversation.
+IMPORTABLE_POLICIES: tuple[RunPolicy, ...] = ("ask", "never")
+
+
+def imported_policies(policies: Mapping[str, RunPolicy]) -> tuple[dict[str, RunPolicy], list[str]]:
+    """The run policies of an imported conversation that may be restored (only those that tighten: "ask" and
+    "never"; a tool's own default is never "never", and an administrator's "never" wins anyway), and the names of
+    the tools whose looser policy was left out."""
+    kept = {name: policy for name, policy in policies.items() if policy in IMPORTABLE_POLICIES}
+    return kept, [name for name in policies if name not in kept]
 
 
 def _registry_names(server: str, tool: str) -> tuple[str, str]:

@@ -149,13 +149,18 @@ def _import(page: str, who: str) -> None:
         return
     st.session_state["_history_imported"] = upload.file_id  # one import per file, not one per rerun
     try:
-        imported = store().import_json(who, upload.getvalue(), page=page)  # it joins this page's history
+        imported = store().import_file(who, upload.getvalue(), page=page)  # it joins this page's history
     except ImportRejected as exc:
         st.error(safe_markdown(f"{upload.name} was not imported: {exc}"), icon=":material/error:")
         return
     except StorageError as exc:
         st.error(safe_markdown(f"{upload.name} could not be imported: {exc}"), icon=":material/error:")
         return
-    st.session_state[_NOTICE] = f"Imported {upload.name}."  # a toast right before a rerun would be lost
-    persistence.show_next_run(imported)  # opened before its settings' widgets are drawn
+    notice = f"Imported {upload.name}."
+    if imported.not_granted:
+        names = ", ".join(imported.not_granted[:5]) + (" and more" if len(imported.not_granted) > 5 else "")
+        notice += (f" It asked to run {names} without asking you; an imported file cannot grant that, so they keep "
+                   "their usual setting. Choose Run in the sidebar if you trust them.")
+    st.session_state[_NOTICE] = notice  # a toast right before a rerun would be lost
+    persistence.show_next_run(imported.id)  # opened before its settings' widgets are drawn
     st.rerun()

@@ -43,7 +43,7 @@ def select(page: str, tool: Tool, chosen: Mapping[str, RunPolicy], admin: Policy
     st.selectbox(
         safe_label(f"Run policy of {tool.name}"), RUN_POLICIES, key=key, label_visibility="collapsed",
         format_func=lambda policy: LABELS[policy], on_change=_changed, args=(page, tool.name, key, base),
-        help=_help(tool, base, admin),
+        help=_help(tool, base, admin), disabled=admin.for_tool(tool) == "never",  # nothing overrides it
     )
     return current
 
@@ -60,6 +60,8 @@ def _changed(page: str, name: str, key: str, base: RunPolicy) -> None:
 
 def _help(tool: Tool, base: RunPolicy, admin: PolicyDefaults) -> str:
     """What the three choices mean and where this tool's default comes from."""
+    if admin.for_tool(tool) == "never":
+        return "The administrator set this tool to **Never** in mcp.json: it is not offered to the model."
     if admin.for_tool(tool) is not None:
         source = "set by the administrator in mcp.json"
     elif tool.origin:
