@@ -35,6 +35,13 @@ from app.generation_params import SAMPLING_FIELDS
 from app.thinking import THINK_TAGS, ThinkingSplitter
 
 
+def _short(text: str, limit: int = 300) -> str:
+    """A server's error text as one line of at most `limit` characters: whatever a server answers (a page of
+    HTML, a stack trace, the body of an internal service) is shown as a hint, not passed on whole."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[:limit - 1] + "…"
+
+
 def _friendly(exc: BaseException, base_url: str, model: str) -> ClientError:
     """The SDK's exceptions as errors a user can act on."""
     if isinstance(exc, openai.APITimeoutError):
@@ -50,8 +57,8 @@ def _friendly(exc: BaseException, base_url: str, model: str) -> ClientError:
                            "that the URL ends in /v1.")
     if isinstance(exc, openai.APIStatusError):
         detail = exc.message if hasattr(exc, "message") else str(exc)
-        return ClientError(f"The API at {base_url} answered HTTP {exc.status_code}: {detail}")
-    return ClientError(f"The API call failed: {type(exc).__name__}: {exc}")
+        return ClientError(f"The API at {base_url} answered HTTP {exc.status_code}: {_short(detail)}")
+    return ClientError(f"The API call failed: {type(exc).__name__}: {_short(str(exc))}")
 
 
 def _max_model_len(listed: list[Model], model: str) -> int | None:

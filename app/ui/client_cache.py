@@ -9,6 +9,7 @@ import streamlit as st
 from app.clients.base import Client, ClientError
 from app.clients.registry import create_client
 from app.config import ModelSettings
+from app.ui import endpoints
 from app.ui.safe_markdown import safe_markdown
 
 
@@ -54,6 +55,9 @@ def load_client(settings: ModelSettings) -> Client | None:
     """The client for these settings, or None after showing why it could not be loaded."""
     if settings.backend == "openai":
         name = f"the API at {settings.api_base_url}"
+        if problem := endpoints.base_url_problem(settings.api_base_url):
+            st.error(safe_markdown(f"**Not connected.** {problem}"), icon=":material/error:")
+            return None
     else:
         name = settings.model_path or "the embedded SmolLM2-135M-Instruct"
         if settings.backend == "vllm":

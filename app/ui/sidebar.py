@@ -18,7 +18,7 @@ from app.clients.registry import BACKENDS
 from app.config import ModelSettings
 from app.embedded_model import model_folder
 from app.generation_defaults import SAMPLING_FIELDS, defaults_for_settings
-from app.ui import preferences, sampling_settings
+from app.ui import api_keys, preferences, sampling_settings
 from app.ui.safe_markdown import safe_label
 
 # Empty: the model's own default system prompt, where its chat template has one (SmolLM2's, the one it was trained
@@ -124,6 +124,7 @@ def render() -> SidebarState:
     return result
 
 
+_API_KEY = "settings.model.api_key"
 _THINKING = {"Model default": None, "On": True, "Off": False}
 _DEVICES = ["auto", "cpu", "cuda", "mps"]
 _DTYPES = ["auto", "float32", "bfloat16", "float16"]
@@ -139,11 +140,12 @@ def _model_settings(backend: str, defaults: ModelSettings) -> ModelSettings:
     if backend == "openai":
         base_url = st.text_input("API base URL", value=defaults.api_base_url, key="settings.model.api_base_url",
                                  help="Any OpenAI-compatible server, e.g. `vllm serve` (http://host:8000/v1).")
-        api_key = st.text_input("API key", value=defaults.api_key, key="settings.model.api_key", type="password",
-                                help="Empty for servers without a key.")
+        if _API_KEY not in st.session_state:  # the first run of a session: DEMO_API_KEY stays on the server
+            api_keys.hold(_API_KEY, defaults.api_base_url, defaults.api_key)
+        api_key = api_keys.key_input("API key", _API_KEY, base_url)
         api_model = st.text_input("Model", value=defaults.api_model, key="settings.model.api_model",
                                   placeholder="empty: the first model the server lists")
-        return replace(defaults, backend=backend, api_base_url=base_url.strip(), api_key=api_key.strip(),
+        return replace(defaults, backend=backend, api_base_url=base_url.strip(), api_key=api_key,
                        api_model=api_model.strip())
     model_path = st.text_input(
         "Model path",

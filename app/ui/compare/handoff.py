@@ -10,7 +10,7 @@ from dataclasses import asdict
 import streamlit as st
 
 from app.generation_defaults import SAMPLING_FIELDS, defaults_for_settings
-from app.ui import persistence, sampling_settings, state
+from app.ui import api_keys, persistence, sampling_settings, state
 from app.ui.compare.session import Pane
 
 _HANDOFF = "_compare_handoff"
@@ -32,8 +32,9 @@ def continue_with(pane: Pane) -> None:
     target = pane.target
     settings, params = target.settings, target.params
     st.session_state["backend"] = settings.backend
-    for name in ("model_path", "api_base_url", "api_key", "api_model"):
+    for name in ("model_path", "api_base_url", "api_model"):
         st.session_state[f"settings.model.{name}"] = getattr(settings, name)
+    api_keys.hold("settings.model.api_key", settings.api_base_url, settings.api_key)  # never sent to the browser
     params_values = asdict(params)
     sampling_settings.set_values(defaults_for_settings(settings),
                                  {name: params_values[name] for name in SAMPLING_FIELDS})

@@ -27,6 +27,7 @@ from app.compare.targets import (
 from app.config import ModelSettings
 from app.generation_defaults import defaults_for_settings
 from app.generation_params import SAMPLING_FIELDS
+from app.ui import api_keys
 from app.ui.safe_markdown import safe_label
 
 TARGETS_FILE_ENV = "DEMO_COMPARE_TARGETS"
@@ -57,13 +58,14 @@ def _fill(slot: int, target: Target) -> None:
     settings, params = target.settings, target.params
     values: dict[str, Any] = {
         "label": target.label, "backend": settings.backend, "model_path": settings.model_path,
-        "api_base_url": settings.api_base_url, "api_key": settings.api_key, "api_model": settings.api_model,
+        "api_base_url": settings.api_base_url, "api_model": settings.api_model,
         "temperature": float(params.temperature), "top_p": float(params.top_p),
         "max_new_tokens": int(params.max_new_tokens), "seed": params.seed, "system_prompt": target.system_prompt,
         "tool_choice": target.tool_choice or _PAGE_CHOICE,
     }
     for name, value in values.items():
         st.session_state[_key(slot, name)] = value
+    api_keys.hold(_key(slot, "api_key"), settings.api_base_url, settings.api_key)  # never sent to the browser
 
 
 def _slots(picker: ModelSettings) -> list[int]:
@@ -172,12 +174,12 @@ def _model(slot: int, backend: str, picker: ModelSettings, locked: bool) -> Mode
     if backend == "openai":
         base_url = st.text_input("API base URL", key=_key(slot, "api_base_url"), disabled=locked,
                                  help="Any OpenAI-compatible server (`make serve`, `vllm serve`, llama-server...).")
-        api_key = st.text_input("API key", key=_key(slot, "api_key"), type="password", disabled=locked)
+        api_key = api_keys.key_input("API key", _key(slot, "api_key"), base_url, disabled=locked)
         api_model = st.text_input("Model", key=_key(slot, "api_model"), disabled=locked,
                                   placeholder="empty: the server's first model")
         if not base_url.strip().startswith(("http://", "https://")):
             raise ValueError(f"the API base URL must be an http(s) URL, not {base_url.strip()!r}")
-        return replace(picker, backend=backend, api_base_url=base_url.strip(), api_key=api_key.strip(),
+        return replace(picker, backend=backend, api_base_url=base_url.strip(), api_key=api_key,
                        api_model=api_model.strip())
     model_path = st.text_input("Model path", key=_key(slot, "model_path"), disabled=locked,
                                placeholder="empty: embedded SmolLM2-135M-Instruct",
