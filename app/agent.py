@@ -6,7 +6,8 @@ as it happens, also when the consumer stops reading (Stop button, closed tab): c
 cancels the running generation or abandons the running tool call, and keeps what happened so far.
 
 Each tool has a run policy (`ToolSettings.policies`, app/tools/policy.py). A "never" tool is not offered to the
-model. When an answer calls an "ask" tool, none of its calls runs: the turn yields ApprovalNeeded and ends, the
+model. When an answer calls an "ask" tool, or an open-world tool with words from a web page or a document in its
+arguments (app/tools/provenance.py), none of its calls runs: the turn yields ApprovalNeeded and ends, the
 answer's calls unanswered in the conversation. That is the whole pending state (`pending_calls`), saved with the
 conversation like any message; `resume_turn` answers the calls as the user decided and goes on with the same loop.
 """
@@ -25,6 +26,7 @@ from app.chat_format import ImagePolicy, process_input
 from app.clients.base import Client, ClientError, GenerationParams, PromptWarming, ToolRequest
 from app.conversation import AnswerMetrics, CallFragment, Conversation, Message, PartialCalls, ToolCall
 from app.tools.policy import RunPolicy
+from app.tools.provenance import foreign_text
 from app.tools.questions import AskedQuestion
 from app.tools.registry import RunningCall, ToolRegistry, ToolResult
 
@@ -142,10 +144,26 @@ class ToolSettings:
         exist."""
         return self.registry.subset(name for name in self.registry.names if self.policy(name) != "never")
 
-    def needs_approval(self, calls: Sequence[ToolCall]) -> list[ToolCall]:
-        """The calls the user decides on before they run: those of offered tools whose policy is "ask"."""
+    def needs_approval(self, calls: Sequence[ToolCall], conversation: Conversation) -> list[ToolCall]:
+        """The calls the user decides on before they run: those of offered tools whose policy is "ask", and those of
+        open-world tools whose arguments carry words from outside the user (`why_asking`)."""
         offered = self.offered
-        return [call for call in calls if call.name in offered and self.policy(call.name) == "ask"]
+        return [call for call in calls if call.name in offered and self.why_asking(call, conversation) is not None]
+
+    def why_asking(self, call: ToolCall, conversation: Conversation) -> str | None:
+        """Why this call waits for the user ("its policy is Ask", or where its arguments' words came from), None
+        when it runs as made. A call to an open-world tool (the web, an API) whose arguments carry text that
+        entered `conversation` from a tool result or a document, and not from the user, asks whatever its policy:
+        a page must not choose where the conversation is sent (app/tools/provenance.py)."""
+        policy = self.policy(call.name)
+        if policy == "ask":
+            return "its run policy is Ask"
+        tool = self.registry.get(call.name)
+        if policy == "auto" and tool is not None and tool.hints.effective.open_world:
+            found = foreign_text(call.arguments, conversation)
+            if found is not None:
+                return f"it reaches the open world and {found.describe()}"
+        return None
 
     def request(self, round_index: int) -> ToolRequest:
         # A forced choice holds for the first generation only, then the model may answer from the result
@@ -312,7 +330,7 @@ def _loop(turn: _Turn, rounds_used: int, resumed: _Resumed | None = None) -> Gen
             round_index += 1
             if answer.error or answer.stopped or not answer.tool_calls or tools is None:
                 break
-            asking = tools.needs_approval(answer.tool_calls)
+            asking = tools.needs_approval(answer.tool_calls, turn.conversation)
             if asking:
                 yield ApprovalNeeded(asking)
                 break
@@ -357,15 +375,16 @@ def check_decisions(conversation: Conversation, tools: ToolSettings, decisions: 
     answer, waiting = _waiting(conversation)
     if answer is None or not waiting:
         raise ValueError("no tool calls are waiting for a decision")
-    _check_decisions([call for call in waiting if call.id not in running], decisions, tools)
+    _check_decisions([call for call in waiting if call.id not in running], decisions, tools, conversation)
 
 
-def _check_decisions(waiting: list[ToolCall], decisions: Mapping[str, Decision], tools: ToolSettings) -> None:
+def _check_decisions(waiting: list[ToolCall], decisions: Mapping[str, Decision], tools: ToolSettings,
+                     conversation: Conversation) -> None:
     ids = {call.id for call in waiting}
     for call_id in decisions:
         if call_id not in ids:
             raise ValueError(f"no waiting tool call has the id {call_id!r}")
-    asking = {call.id for call in tools.needs_approval(waiting)}
+    asking = {call.id for call in tools.needs_approval(waiting, conversation)}
     for call in waiting:
         decision = decisions.get(call.id)
         if decision is None:

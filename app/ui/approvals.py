@@ -36,7 +36,8 @@ def render(page: str, conversation: Conversation, calls: Sequence[ToolCall], too
         return
     decisions = _decisions(page, calls)
     problems = _problems(page)
-    asking = {call.id for call in tools.needs_approval(calls)} if tools is not None else {c.id for c in calls}
+    asking = {call.id for call in tools.needs_approval(calls, conversation)} if tools is not None \
+        else {c.id for c in calls}
     # While one call waits for an answer to its question, or the turn is about to go on, the others wait as they are.
     frozen = questions.any_held(page) or state.turn_requested(page)
     for call in calls:
@@ -45,7 +46,8 @@ def render(page: str, conversation: Conversation, calls: Sequence[ToolCall], too
             continue
         tool = tools.offered.get(call.name) if tools is not None else None
         with st.container(border=True, key=f"approval/{page}/{call.id}"):
-            _header(call, tool, asking=call.id in asking)
+            why = tools.why_asking(call, conversation) if tools is not None and call.id in asking else None
+            _header(call, tool, asking=call.id in asking, why=why)
             messages.arguments(call)
             if problem := problems.get(call.id):
                 st.error(safe_markdown(problem), icon=":material/error:")
@@ -85,10 +87,13 @@ def remember_problem(page: str, problem: str, call_id: str = TURN_PROBLEM) -> No
     _problem_map(page)[call_id] = problem
 
 
-def _header(call: ToolCall, tool: Tool | None, *, asking: bool) -> None:
+def _header(call: ToolCall, tool: Tool | None, *, asking: bool, why: str | None = None) -> None:
     title = tool.hints.title if tool is not None and tool.hints.title else call.name
     verb = "wants to run" if asking else "runs with the calls you decide on"
     st.markdown(safe_markdown(f":material/front_hand: **{title}** {verb}"))
+    if why and why != "its run policy is Ask":
+        st.warning(safe_markdown(f"Asking because {why}. A web page or document may be steering the model: run it "
+                                 "only if you meant to send this."), icon=":material/shield:")
     notes = _notes(tool) if tool is not None else ["switched off or set to Never: it can only be denied"]
     st.caption(safe_label(" · ".join([call.name if title != call.name else "", *notes]).strip(" ·")))
 
@@ -183,7 +188,7 @@ def _decide(page: str, conversation: Conversation, call: ToolCall, decision: Dec
     problems.pop(call.id, None)
     problems.pop(TURN_PROBLEM, None)
     waiting = pending_calls(conversation)
-    asking = tools.needs_approval(waiting) if tools is not None else waiting
+    asking = tools.needs_approval(waiting, conversation) if tools is not None else waiting
     if all(c.id in decisions for c in asking):
         state.request_resume(page, {c.id: decisions[c.id] for c in waiting if c.id in decisions})
         _forget(page)
