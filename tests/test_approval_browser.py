@@ -5,6 +5,7 @@ is taken here."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 
@@ -111,4 +112,26 @@ def test_a_refused_call_shows_as_declined_after_a_refresh(approval_app, browser)
     refresh(page)
     expect(result_card(page)).to_contain_text("count_words · declined")
     expect(page.get_by_test_id("stChatInputTextArea")).to_be_enabled()
+    page.close()
+
+
+def test_an_imported_file_cannot_make_a_tool_run_without_asking(approval_app, browser, tmp_path):
+    """A shared conversation file that sets count_words (it asks by default) to Run: the import says it kept the
+    default, the sidebar shows Ask, and the example's call waits as a card instead of running."""
+    shared = tmp_path / "shared.json"
+    shared.write_text(json.dumps({"format": "composite-demo-conversation", "version": 2, "title": "Shared",
+                                  "page": "tools", "settings": {"tool_policies": {"count_words": "auto"}},
+                                  "messages": []}))
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    page.goto(f"{approval_app}/tools")
+    model_loaded(page)
+    greedy(page)
+    sidebar = page.get_by_test_id("stSidebar")
+    sidebar.get_by_text("Import a conversation", exact=True).click()
+    sidebar.locator('input[type="file"]').set_input_files(str(shared))
+    expect(page.get_by_text(re.compile("cannot grant that"))).to_be_visible(timeout=30_000)
+    settle(page, page.get_by_role("main"))
+    page.get_by_role("main").get_by_role("button", name="Count words").click()
+    expect(approval_card(page)).to_be_visible(timeout=180_000)
+    expect(result_card(page)).to_have_count(0)
     page.close()
