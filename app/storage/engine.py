@@ -1,10 +1,15 @@
 """The database connection: `open_database()` builds the engine (SQLite in the cache folder unless
-DEMO_DATABASE_URL names another database) and brings the schema to the newest migration before anything uses it."""
+DEMO_DATABASE_URL names another database) and brings the schema to the newest migration before anything uses it.
+
+A SQLite file the app creates is readable by its owner only (0600): it holds every conversation and the MCP
+sign-ins. SQLite gives its -wal and -shm files the database file's mode. A file that exists already keeps the mode
+it has: that is its administrator's choice."""
 
 from __future__ import annotations
 
 import functools
 import json
+import os
 from pathlib import Path
 from typing import Any, cast
 
@@ -28,7 +33,7 @@ def open_database(url: str | None = None) -> Engine:
     try:
         if target.get_backend_name() == "sqlite":
             if target.database and target.database != ":memory:" and not target.database.startswith("file:"):
-                Path(target.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+                _create_private(Path(target.database).expanduser())
             engine = create_engine(target, json_serializer=_json_dumps)
             sqlite.configure(engine)
         else:
@@ -38,6 +43,16 @@ def open_database(url: str | None = None) -> Engine:
     except (SQLAlchemyError, OSError) as exc:
         raise StorageError(f"cannot open the conversation database {target!r}: {exc}") from exc
     return engine
+
+
+def _create_private(path: Path) -> None:
+    """Create the SQLite file `path` (and its folder) empty with mode 0600, unless it exists. SQLite would create
+    it 0644 (less the umask), readable by every user of the machine; an empty file is a valid empty database."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:  # there already, or another process created it a moment ago
+        pass
 
 
 def database_url(url: str) -> URL:
