@@ -266,8 +266,11 @@ def test_without_a_secret_key_signing_in_says_what_to_set(servers, local_address
         status = connection.status()
         assert status.state == "error" and not status.sign_in_url
         assert "signing in to MCP servers needs DEMO_SECRET_KEY" in status.message
+        # Without an app account the sign-in is the session's, in memory: no key is needed to keep it.
         anonymous = add(mcp, servers.mcp_url, session="session-2", user=None)
-        assert "sign in to the app first" in anonymous.status().message
+        assert anonymous.status().state == "sign-in"
+        sign_in(mcp, anonymous, user=None)
+        assert anonymous.status().state == "connected"
     finally:
         mcp.close()
 
@@ -399,3 +402,74 @@ def test_the_page_refuses_an_answer_with_a_wrong_state_and_clears_it_from_the_ur
         assert "code" not in at.query_params and "state" not in at.query_params
     finally:
         st.cache_resource.clear()
+
+
+def test_without_an_app_login_each_browser_session_signs_in_for_itself(monkeypatch, tiny_model_dir, key, servers,
+                                                                       local_addresses, database):
+    """Two browser sessions of an app without a login (AppTest, the Tools page's sidebar, the real sign-in page and
+    database): what session A signed in with is not handed to session B when B adds the same server, and nothing of
+    it is kept in the database, where any later visitor would find it."""
+    from streamlit.testing.v1 import AppTest
+
+    from tests.helpers import MAIN, open_app
+
+    monkeypatch.setenv("DEMO_SECRET_KEY", key)
+    monkeypatch.setenv("DEMO_PUBLIC_URL", PUBLIC_URL)
+    monkeypatch.setenv("DEMO_MCP_CONFIG", "")
+
+    def add_in_sidebar(at: AppTest) -> None:
+        at.text_input(key="mcp.new.name").input("protected")
+        at.text_input(key="mcp.new.url").input(servers.mcp_url)
+        at.button(key="mcp.new.add").click().run()
+        assert not at.exception
+
+    def sign_in_links(at: AppTest) -> list[str]:
+        return [link.proto.url for link in at.sidebar.get("link_button")]
+
+    with open_app(monkeypatch, tiny_model_dir, page="views/tools.py") as first:
+        add_in_sidebar(first)
+        (link,) = sign_in_links(first)
+        reply = httpx.get(link, follow_redirects=False)  # the user's browser at the authorization page
+        answer = {key: values[0] for key, values in parse_qs(urlsplit(reply.headers["location"]).query).items()}
+        back = AppTest.from_file(MAIN, default_timeout=120)  # the tab the authorization server sends back
+        back.query_params.update(code=answer["code"], state=answer["state"])
+        back.run()
+        assert [s.value for s in back.success if "Signed in to protected" in s.value], [e.value for e in back.error]
+        first.run()
+        assert not sign_in_links(first) and any("connected" in c.value for c in first.sidebar.caption)
+
+        second = AppTest.from_file(MAIN, default_timeout=120)  # another browser
+        second.run()
+        second.switch_page("views/tools.py").run()
+        add_in_sidebar(second)
+        assert len(sign_in_links(second)) == 1, [c.value for c in second.sidebar.caption]  # asked to sign in
+        assert not any("connected" in c.value for c in second.sidebar.caption)
+    with database.engine.connect() as connection:
+        assert connection.execute(text("SELECT count(*) FROM mcp_tokens")).scalar() == 0
+
+
+def test_the_database_file_the_app_creates_is_its_owners_alone(tmp_path, key):
+    """The SQLite file that holds the sign-ins (and conversations), and its WAL and shared-memory files, are created
+    0600; a file that exists already keeps its mode."""
+    import os
+    import stat
+
+    old = os.umask(0o022)  # the usual umask, whatever the test runner's is
+    path = tmp_path / "app" / "conversations.db"
+    try:
+        engine = open_database(f"sqlite:///{path}")
+        try:
+            McpTokenStore(engine, key).put("alice", "https://a.example/mcp", "tokens", {"access_token": "x"})
+            with engine.connect():  # open: the -wal and -shm files exist
+                files = sorted(p.name for p in path.parent.iterdir())
+                modes = {name: stat.S_IMODE((path.parent / name).stat().st_mode) for name in files}
+        finally:
+            engine.dispose()
+        assert files == ["conversations.db", "conversations.db-shm", "conversations.db-wal"]
+        assert modes == dict.fromkeys(files, 0o600)
+        shared = tmp_path / "shared.db"
+        shared.touch(mode=0o640)
+        open_database(f"sqlite:///{shared}").dispose()
+        assert stat.S_IMODE(shared.stat().st_mode) == 0o640  # the administrator's choice
+    finally:
+        os.umask(old)

@@ -5,9 +5,10 @@ front end) may make its own. Servers from mcp.json are shared by every browser s
 user adds belongs to that user's session (its `owner`) and is offered to no one else; users cannot add stdio
 servers, which would run commands on this machine. `close()`, also run at interpreter exit, stops everything.
 
-An added server without a bearer token may ask its user to sign in (app/mcp_client/oauth.py); the sign-in and its
-tokens belong to the user (the app's signed-in user, or the one local user) and the server's URL, and are kept
-encrypted in the database. `complete_sign_in` takes the browser's answer, from whichever session it arrives in.
+An added server without a bearer token may ask its user to sign in (app/mcp_client/oauth.py). With an app account
+(the app's login) the sign-in and its tokens belong to that account and the server's URL, kept encrypted in the
+database; without one, to the browser session that added the server, in memory, gone with it. `complete_sign_in`
+takes the browser's answer, from whichever session it arrives in.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from mcp.client.auth import TokenStorage
 from app.config import McpSettings
 from app.mcp_client.config import SERVER_NAME, HttpServer, McpConfigError, ServerSpec, load_config
 from app.mcp_client.connection import STOP_TIMEOUT_S, ServerConnection, describe
-from app.mcp_client.oauth import DatabaseTokenStorage, NoTokenStorage, SignInError
+from app.mcp_client.oauth import DatabaseTokenStorage, NoTokenStorage, SessionTokenStorage, SignInError
 from app.storage.engine import open_database
 from app.storage.mcp_tokens import McpTokenStore, SecretKeyError, cipher
 from app.tools.net_guard import check_url
@@ -60,7 +61,7 @@ class McpManager:
         self.config_error = ""
         self._tokens = tokens
         self._tokens_lock = threading.Lock()
-        self.sign_in_unavailable = ""  # why no server can be signed in to (said when one asks; the rest works)
+        self.sign_in_unavailable = ""  # why no app account can keep a sign-in (said when one asks; the rest works)
         if tokens is None:
             try:
                 cipher(self.settings.secret_key)
@@ -88,8 +89,9 @@ class McpManager:
     def add_server(self, owner: str, name: str, spec: HttpServer, user: str | None = None) -> ServerConnection:
         """A Streamable HTTP server for `owner` (a browser session) alone; its URL must pass the SSRF guard (local
         and private addresses only where DEMO_BROWSER_ALLOW allows them). Without an Authorization header it may
-        ask `user` to sign in (None: a visitor who has not signed in to the app, who cannot keep a sign-in).
-        McpConfigError says why one cannot be added."""
+        ask its user to sign in: `user` is their app account, whose sign-ins are kept in the database; None (no app
+        login) keeps the sign-in for this connection, of `owner` alone. McpConfigError says why one cannot be
+        added."""
         if not isinstance(spec, HttpServer):  # never a command line from a web user
             raise McpConfigError("only Streamable HTTP servers can be added here; stdio servers come from mcp.json.")
         if not owner:
@@ -241,11 +243,12 @@ class McpManager:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
 
     def _token_storage(self, spec: HttpServer, user: str | None) -> TokenStorage | None:
-        """Where `user`'s sign-in to `spec` is kept; None when it needs none (the user gave a bearer token)."""
+        """Where `user`'s sign-in to `spec` is kept (None: in the connection, for its session alone); None when it
+        needs none (the user gave a bearer token)."""
         if any(header.lower() == "authorization" for header in spec.headers):
             return None
-        if user is None:
-            return NoTokenStorage("sign in to the app first: a server's sign-in is kept for your account")
+        if user is None:  # no app account: the browser session's own, never another's (nor "the local user's")
+            return SessionTokenStorage()
         if self.sign_in_unavailable:
             return NoTokenStorage(self.sign_in_unavailable)
         return DatabaseTokenStorage(self._token_store, user, spec.url)

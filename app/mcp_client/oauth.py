@@ -5,7 +5,9 @@ registers the app as a client (dynamic client registration), sends the user to t
 PKCE and a random `state`, exchanges the code for tokens, sends the access token to that server only, and refreshes
 it when it expires. This module gives it what only the app knows:
 
-- where tokens live: `DatabaseTokenStorage`, each user's own, encrypted in the database (app/storage/mcp_tokens.py);
+- where tokens live: `DatabaseTokenStorage`, each app account's own, encrypted in the database
+  (app/storage/mcp_tokens.py); without an app account (no login configured, or a visitor who has not logged in),
+  `SessionTokenStorage`, in memory for the one browser session that added the server, gone with it;
 - how the user gets to the authorization page and back: `SignIn.redirect_handler` records the authorization URL
   (the sidebar shows it as a "Sign in" link); the authorization server sends the browser back to the app's public
   URL with `code` and `state`, the page hands them to `McpManager.complete_sign_in`, which finds the sign-in whose
@@ -46,8 +48,15 @@ class SignInError(Exception):
     """A sign-in that cannot go on; the message says why, in words for the user (never a token or a `state`)."""
 
 
-class DatabaseTokenStorage(TokenStorage):
-    """The SDK's TokenStorage for one user and one server URL, in McpTokenStore (encrypted). `store` is called
+class KeptTokens(TokenStorage):
+    """A TokenStorage that keeps a sign-in, which the user may forget (Sign out)."""
+
+    async def forget(self) -> None:
+        raise NotImplementedError
+
+
+class DatabaseTokenStorage(KeptTokens):
+    """The SDK's TokenStorage for one app account and one server URL, in McpTokenStore (encrypted). `store` is called
     lazily so that a database or key problem shows when a sign-in needs them, not for servers that never do."""
 
     def __init__(self, store: Callable[[], McpTokenStore], user: str, url: str) -> None:
@@ -99,9 +108,36 @@ class DatabaseTokenStorage(TokenStorage):
         await anyio.to_thread.run_sync(lambda: self._store().put(self._user, self._url, kind, value))
 
 
+class SessionTokenStorage(KeptTokens):
+    """The SDK's TokenStorage for a browser session without an app account: in memory, held by that session's
+    connection to the server, so no other session (which adds the same URL and gets a connection of its own) can
+    use it, and nothing of it stays in the database once the session ends. The app has no identity for a browser
+    beyond its session without a login (conversations then all belong to the one local user): a new tab or a
+    reload signs in again."""
+
+    def __init__(self) -> None:
+        self._tokens: OAuthToken | None = None
+        self._client_info: OAuthClientInformationFull | None = None
+
+    async def get_tokens(self) -> OAuthToken | None:
+        return self._tokens
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        self._tokens = tokens
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        return self._client_info
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        self._client_info = client_info
+
+    async def forget(self) -> None:
+        self._tokens = self._client_info = None
+
+
 class NoTokenStorage(TokenStorage):
-    """Where no sign-in can be kept (no DEMO_SECRET_KEY, a visitor who has not signed in to the app): nothing is
-    stored, and a sign-in stops with `reason` before the user is sent anywhere."""
+    """Where no sign-in can be kept (an app account's, without DEMO_SECRET_KEY to encrypt it): nothing is stored, and
+    a sign-in stops with `reason` before the user is sent anywhere."""
 
     def __init__(self, reason: str) -> None:
         self.reason = reason
@@ -131,7 +167,8 @@ class Pending:
 
 
 class SignIn:
-    """One server's sign-in for one user: the SDK's provider (kept for the connection's life, so that what it
+    """One server's sign-in for one user (`user`: their app account; None: a browser session without one): the SDK's
+    provider (kept for the connection's life, so that what it
     discovered and the token's expiry carry over reconnections) and the sign-in in progress, if any.
 
     Runs on the manager's event loop, except `matches`, which only compares strings. `on_redirect` is told when the
@@ -157,7 +194,7 @@ class SignIn:
     async def sign_out(self) -> None:
         """Forget the user's sign-in to this server: stored, and what the provider holds."""
         self.abandon("you signed out")
-        if isinstance(self._storage, DatabaseTokenStorage):
+        if isinstance(self._storage, KeptTokens):
             await self._storage.forget()
         self.provider = self._provider()
 

@@ -2,7 +2,8 @@
 servers a user adds for their own browser session (stdio servers, which run commands on this machine, only come
 from the administrator's mcp.json; added URLs go through the SSRF guard). A server that needs sign-in shows a
 "Sign in to ..." link; the browser comes back to app/ui/mcp_sign_in.py, and this tab looks every few seconds until
-the sign-in has ended."""
+the sign-in has ended. A sign-in is kept for the user's app account (the app's login) or, without one, for this
+browser session alone (`account()`)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,13 @@ def manager() -> McpManager:
     return _manager(McpSettings.from_env())
 
 
+def account() -> str | None:
+    """The app account whose MCP sign-ins are kept (encrypted, in the database) from one visit to the next; None
+    where there is none (no login configured, or a visitor who has not logged in): then a sign-in is this browser
+    session's alone. Not persistence.owner(), whose one local user, without a login, is every browser's."""
+    return persistence.owner() if persistence.authentication_configured() else None
+
+
 class _SessionServers:
     """The servers this browser session added. Their specs are kept so that a new manager (caches cleared) gets
     them again; the manager forgets them (and disconnects) when Streamlit drops the session."""
@@ -55,7 +63,7 @@ class _SessionServers:
             self._registered_with[:] = [weakref.ref(mcp)]
             for name, spec in list(self.specs.items()):
                 try:
-                    mcp.add_server(self.owner, name, spec, user=persistence.owner())
+                    mcp.add_server(self.owner, name, spec, user=account())
                 except McpConfigError:  # e.g. DEMO_BROWSER_ALLOW no longer allows it
                     del self.specs[name]
         return mcp.connections(self.owner)
@@ -107,6 +115,8 @@ def render() -> None:
         if mcp.config_error:
             st.error(plain(mcp.config_error), icon=":material/error:")
         connections = session.connections(mcp)
+        kept = ("kept, encrypted, for your account alone" if account() is not None
+                else "kept for this browser tab alone, until you close or reload it")
         for connection in connections:
             status = connection.status()
             whose = "added by you" if status.owner else "mcp.json"
@@ -114,12 +124,12 @@ def render() -> None:
             st.caption(plain(status.message))
             if status.sign_in_url:  # opens in a new tab; the authorization server sends it back to the app
                 st.link_button(f"Sign in to {status.name}", status.sign_in_url, icon=":material/login:",
-                               help="Opens the server's sign-in page. Your sign-in is kept, encrypted, for you alone.")
+                               help=f"Opens the server's sign-in page. Your sign-in is {kept}.")
             if status.owner:
                 st.button("Remove", key=f"mcp.remove.{status.name}", on_click=_remove, args=(status.name,))
             if status.signed_in:
                 st.button("Sign out", key=f"mcp.sign_out.{status.name}", on_click=_sign_out, args=(status.name,),
-                          help="Forget your sign-in to this server (kept, encrypted, until you do).")
+                          help=f"Forget your sign-in to this server ({kept}).")
         if any(connection.status().state == "sign-in" for connection in connections):
             _await_sign_in()
         if not connections:
@@ -146,7 +156,7 @@ def _add() -> None:
         if not name or not url:
             raise McpConfigError("give the server a name and its URL.")
         spec = bearer_server(url, token)
-        connection = mcp.add_server(session.owner, name, spec, user=persistence.owner())
+        connection = mcp.add_server(session.owner, name, spec, user=account())
     except McpConfigError as exc:
         state[_NOTICE_KEY] = ("error", f"Not added: {exc}")
         return

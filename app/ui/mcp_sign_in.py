@@ -8,7 +8,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app.mcp_client.oauth import SignInError
-from app.ui import mcp_settings, persistence
+from app.ui import mcp_settings
 
 _ANSWER = ("code", "state", "error", "error_description", "iss")
 
@@ -23,7 +23,7 @@ def finish_from_url() -> None:
         params.pop(key, None)
     try:
         with st.spinner("Finishing the sign-in..."):
-            name = mcp_settings.manager().complete_sign_in(persistence.owner(), code, state, error, iss or None)
+            name = mcp_settings.manager().complete_sign_in(mcp_settings.account(), code, state, error, iss or None)
     except SignInError as exc:
         st.error(mcp_settings.plain(f"Sign-in not completed: {exc}"), icon=":material/no_accounts:")
         return
