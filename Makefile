@@ -88,13 +88,19 @@ serve: setup
 	  $(if $(MODEL),--model $(MODEL)) $(if $(API_KEY),--api-key $(API_KEY))
 
 # The app's tools as an MCP server: over stdio for a client that starts it, or with HTTP=1 as Streamable HTTP on
-# 127.0.0.1:8765/mcp unless HOST / PORT say otherwise (API_KEY too). Set-up output goes to stderr: stdout is the
-# stdio transport.
+# 127.0.0.1:8765/mcp unless HOST / PORT say otherwise. Over HTTP clients need its key: API_KEY_FILE=path, else
+# DEMO_MCP_API_KEY (or API_KEY) from the environment, else one generated at the first start (printed once, kept in
+# ~/.local/state/composite-demo/mcp-api-key). Never API_KEY=... on make's command line: every user of the machine
+# reads command lines. ALLOW_ORIGIN="http://localhost:5173 ..." lets browser pages of those origins in. Set-up output
+# goes to stderr: stdout is the stdio transport.
 MCP_PORT := $(if $(filter command line environment,$(origin PORT)),$(PORT),8765)
+mcp: export DEMO_MCP_API_KEY := $(or $(API_KEY),$(DEMO_MCP_API_KEY))
 mcp:
+	$(if $(filter command line,$(origin API_KEY)),$(error API_KEY=... on the command line shows the key to every \
+	  user of this machine (ps): export DEMO_MCP_API_KEY, give API_KEY_FILE=path, or neither for a generated key))
 	@$(MAKE) --no-print-directory $(STAMP) sandbox >&2
 	@$(PY) -m app.mcp_server $(if $(HTTP),--http --host $(HOST) --port $(MCP_PORT)) \
-	  $(if $(API_KEY),--api-key $(API_KEY))
+	  $(if $(API_KEY_FILE),--api-key-file $(API_KEY_FILE)) $(foreach origin,$(ALLOW_ORIGIN),--allow-origin $(origin))
 
 # Every prompt of a JSONL file sent to several targets at once: a report of answers, figures and tool calls in
 # REPORT.json and REPORT.csv (python -m app.compare --help). PROMPTS and TARGETS default to the examples in

@@ -18,6 +18,12 @@ def cache_dir() -> Path:
     return Path(base).expanduser() / "composite-demo"
 
 
+def state_dir() -> Path:
+    """Where the app keeps what it generated for itself (the MCP server's API key); the XDG state location."""
+    base = os.environ.get("XDG_STATE_HOME") or "~/.local/state"
+    return Path(base).expanduser() / "composite-demo"
+
+
 def sessions_dir() -> Path:
     """Where each browser session's Python folder is made; DEMO_SESSIONS_DIR overrides the system temp folder."""
     return Path(os.environ.get("DEMO_SESSIONS_DIR") or Path(tempfile.gettempdir()) / "composite-demo-sessions")
@@ -259,7 +265,10 @@ class McpSettings:
     config_path: str = ""
     call_timeout_s: float = 60.0  # one tool call; past it the call is cancelled and the model reads an error
     connect_timeout_s: float = 15.0  # starting or reaching a server, its handshake and its tool list
-    server_api_key: str = ""  # the app's own MCP server over HTTP (app/mcp_server.py) requires it as a bearer token
+    # The app's own MCP server over HTTP (app/mcp_server.py) requires this key as a bearer token (empty: one it
+    # generates) and accepts browser requests from these origins only.
+    server_api_key: str = field(default="", repr=False)
+    server_allow_origins: tuple[str, ...] = ()
     # Servers that need sign-in (OAuth, app/mcp_client/oauth.py): the authorization server sends the browser back to
     # public_url; a sign-in not finished within sign_in_timeout_s is given up; tokens are encrypted with secret_key
     # (a Fernet key; "": sign-in is not offered). Kept out of repr: settings get logged and shown.
@@ -277,6 +286,7 @@ class McpSettings:
             call_timeout_s=_float("DEMO_MCP_CALL_TIMEOUT_S", cls.call_timeout_s),
             connect_timeout_s=_float("DEMO_MCP_CONNECT_TIMEOUT_S", cls.connect_timeout_s),
             server_api_key=os.environ.get("DEMO_MCP_API_KEY", "").strip(),
+            server_allow_origins=tuple(os.environ.get("DEMO_MCP_ALLOW_ORIGINS", "").replace(",", " ").split()),
             public_url=os.environ.get("DEMO_PUBLIC_URL", "").strip() or cls.public_url,
             sign_in_timeout_s=_float("DEMO_MCP_SIGN_IN_TIMEOUT_S", cls.sign_in_timeout_s),
             secret_key=os.environ.get("DEMO_SECRET_KEY", "").strip(),

@@ -15,12 +15,19 @@ came in 2025-03-26 and structured results in 2025-06-18; older clients ignore th
 State is per server process, not per MCP session: in the SDK (mcp 2.3) a handler's context does not reach its
 connection's state, and the 2026-07-28 protocol the SDK's client speaks by default has no sessions at all. Over
 stdio a process serves one client, so each client has its own kernel and browser history. Over HTTP every client
-of one server shares them: run one server per user (with its own --api-key). The kernel and its sandbox stop when
-the process ends (the sandbox dies with the process even when it is killed; the end of stdin, SIGTERM and Ctrl+C
-also remove its folder).
+of one server shares them: run one server per user (with its own key). The kernel and its sandbox stop when the
+process ends (the sandbox dies with the process even when it is killed; the end of stdin, SIGTERM and Ctrl+C also
+remove its folder).
 
-The server binds 127.0.0.1 unless --host says otherwise; with --api-key (or DEMO_MCP_API_KEY) every HTTP request
-must carry it as a Bearer token, checked by the SDK's own bearer-auth middleware.
+Over HTTP, which any process of the machine can reach (127.0.0.1 unless --host says otherwise), the `python` tool
+runs code for whoever calls it, so every request must carry a key as a Bearer token, checked by the SDK's own
+bearer-auth middleware. The key comes from the file --api-key-file names, else DEMO_MCP_API_KEY, else it is the one
+kept in the user's state folder (`server_key_file()`), generated and printed once at the first start. Never from
+the command line, which every user of the machine can read (/proc/PID/cmdline): --api-key is refused, saying so.
+A browser sends the page's Origin, and a page of any site, or another local web app on another port, could call
+the server through the user's browser: a request with an Origin is refused unless --allow-origin (or
+DEMO_MCP_ALLOW_ORIGINS) lists it. Clients that are not browsers send no Origin. Stdio needs neither: the client
+that starts the process is the only one it serves.
 """
 
 from __future__ import annotations
@@ -29,12 +36,16 @@ import argparse
 import asyncio
 import base64
 import json
+import os
 import secrets
 import signal
+import stat
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import mcp.types as types
 from mcp import MCPError
@@ -44,11 +55,14 @@ from mcp.server.auth.settings import AuthSettings
 from mcp.server.stdio import stdio_server
 from mcp.types.version import is_version_at_least
 from pydantic import AnyHttpUrl
+from starlette.datastructures import Headers
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.config import HTTPTimeouts, McpSettings
+from app.config import HTTPTimeouts, McpSettings, state_dir
 from app.http_timeouts import uvicorn_options
 from app.media import ImageError, sniff_mime
 from app.tools import load_tools
@@ -186,37 +200,142 @@ class _ApiKey:
         return None
 
 
+class KeyProblem(SystemExit):
+    """No usable key: the message says which source was wrong and what to do."""
+
+
+def server_key_file() -> Path:
+    """Where the generated key is kept: the user's state folder (XDG_STATE_HOME)."""
+    return state_dir() / "mcp-api-key"
+
+
+def _read_key(path: Path, what: str) -> str:
+    try:
+        key = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise KeyProblem(f"Cannot read {what} {path}: {exc}.") from None
+    if not key:
+        raise KeyProblem(f"{what.capitalize()} {path} is empty: write the key in it.")
+    if path.stat().st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        print(f"Warning: {what} {path} can be read by other users of this machine: chmod 600 it.", file=sys.stderr)
+    return key
+
+
+def api_key(key_file: str | None, from_env: str) -> str:
+    """The key every HTTP request must carry: what `key_file` holds, else `from_env` (DEMO_MCP_API_KEY), else the
+    key kept in server_key_file(), which the first start generates (mode 0600) and prints, once, on stderr."""
+    if key_file:
+        return _read_key(Path(key_file).expanduser(), "the key file")
+    if from_env:
+        return from_env
+    path = server_key_file()
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # made at an earlier start (or by another server starting just now)
+        key = _read_key(path, "the generated key file")
+        print(f"Clients must send the API key kept in {path} (as `Authorization: Bearer <key>`).", file=sys.stderr)
+        return key
+    except OSError as exc:
+        raise KeyProblem(f"Cannot keep a generated key in {path} ({exc}): set DEMO_MCP_API_KEY or give "
+                        "--api-key-file.") from None
+    key = secrets.token_urlsafe(32)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+        file.write(key + "\n")
+    print(f"Generated this server's API key, kept in {path} (only you can read it); clients send it as "
+          f"`Authorization: Bearer <key>`. It is shown this once:\n{key}", file=sys.stderr)
+    return key
+
+
+def allowed_origin(value: str) -> str:
+    """An origin as --allow-origin and DEMO_MCP_ALLOW_ORIGINS take it: scheme://host[:port], lower-cased, no path."""
+    parts = urlsplit(value.strip().rstrip("/"))
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.path or parts.query or parts.fragment \
+            or "@" in parts.netloc:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an origin: write scheme://host[:port], as "
+                                         "http://localhost:5173 (no path; no *)")
+    return f"{parts.scheme}://{parts.netloc}".lower()
+
+
+class _OriginCheck:
+    """Refuses (403) every HTTP request whose Origin header is not one of `allowed`. Browsers send the Origin of the
+    page that makes a request; other clients send none and are let through (to the key check). The SDK's own check
+    only runs when bound to a loopback address, and it lets every loopback origin of any port in."""
+
+    def __init__(self, app: ASGIApp, allowed: Iterable[str]) -> None:
+        self.app = app
+        self.allowed = frozenset(allowed)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            origin = Headers(scope=scope).get("origin")
+            if origin is not None and origin.rstrip("/").lower() not in self.allowed:
+                refusal = PlainTextResponse(f"Origin {origin[:200]} is not allowed: start the server with "
+                                            "--allow-origin (or DEMO_MCP_ALLOW_ORIGINS) naming it.", status_code=403)
+                await refusal(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 async def _health(request: Request) -> PlainTextResponse:
     return PlainTextResponse("ok")
 
 
-def serve_http(server: Server[Any], host: str, port: int, api_key: str | None) -> None:
+def http_app(server: Server[Any], host: str, port: int, api_key: str, origins: Iterable[str] = ()) -> ASGIApp:
+    """The Streamable HTTP app at /mcp (and GET /health): the key required as a Bearer token, browsers' requests
+    from `origins` only (with the CORS headers a page there needs)."""
+    base_url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
+    # No OAuth server here: the issuer is this server itself, which hands out the one key out of band.
+    auth = AuthSettings(issuer_url=AnyHttpUrl(base_url), resource_server_url=None)
+    app: ASGIApp = server.streamable_http_app(host=host, auth=auth, token_verifier=_ApiKey(api_key),
+                                              custom_starlette_routes=[Route("/health", _health)])
+    origins = sorted(set(origins))
+    if origins:  # no credentials: the key travels in a header the page sets, never in a cookie
+        app = CORSMiddleware(app, allow_origins=origins, allow_methods=["GET", "POST", "DELETE"],
+                             allow_headers=["Authorization", "Content-Type", "Accept", "Mcp-Session-Id",
+                                            "Mcp-Protocol-Version", "Last-Event-ID"],
+                             expose_headers=["Mcp-Session-Id"])
+    return _OriginCheck(app, origins)
+
+
+def serve_http(server: Server[Any], host: str, port: int, api_key: str, origins: Iterable[str] = ()) -> None:
     """Serve Streamable HTTP at http://host:port/mcp (and GET /health) until SIGINT or SIGTERM."""
     import uvicorn
 
-    base_url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
-    # No OAuth server here: the issuer is this server itself, which hands out the one key out of band.
-    auth = AuthSettings(issuer_url=AnyHttpUrl(base_url), resource_server_url=None) if api_key else None
-    app = server.streamable_http_app(host=host, auth=auth, token_verifier=_ApiKey(api_key) if api_key else None,
-                                     custom_starlette_routes=[Route("/health", _health)])
-    if not api_key and host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"Warning: {host} without --api-key: anyone who can reach this port can run code in the sandbox.",
-              file=sys.stderr)
-    print(f"Serving MCP (Streamable HTTP) on {base_url}/mcp", file=sys.stderr)
+    app = http_app(server, host, port, api_key, origins)
+    print(f"Serving MCP (Streamable HTTP) on http://{f'[{host}]' if ':' in host else host}:{port}/mcp",
+          file=sys.stderr)
     # Shutdown waits at most 2 s for open streams; requests that never arrive whole are cut (app/http_timeouts.py).
     uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=2,
                 **uvicorn_options(HTTPTimeouts.from_env()))
 
 
 def main(argv: list[str] | None = None) -> None:
+    settings = McpSettings.from_env()
     parser = argparse.ArgumentParser(description="The demo's tools (built-in, python, browser) as an MCP server: "
                                                  "stdio by default, Streamable HTTP with --http.")
     parser.add_argument("--http", action="store_true", help="serve Streamable HTTP at http://HOST:PORT/mcp")
     parser.add_argument("--host", default="127.0.0.1", help="with --http: the address to bind (default: %(default)s)")
     parser.add_argument("--port", type=int, default=8765, help="with --http: the port (default: %(default)s)")
-    parser.add_argument("--api-key", default=McpSettings.from_env().server_api_key or None,
-                        help="with --http: require this key as a Bearer token (env DEMO_MCP_API_KEY)")
+    parser.add_argument("--api-key-file", metavar="PATH",
+                        help="with --http: require the key this file holds as a Bearer token (else DEMO_MCP_API_KEY, "
+                             f"else one generated and kept in {server_key_file()})")
+    parser.add_argument("--api-key", help=argparse.SUPPRESS)  # refused below, with what to do instead
+    parser.add_argument("--allow-origin", metavar="ORIGIN", action="append", type=allowed_origin,
+                        default=[], help="with --http: accept browser requests from this origin (repeatable; env "
+                                         "DEMO_MCP_ALLOW_ORIGINS); others are refused")
     args = parser.parse_args(argv)
+    if args.api_key is not None:
+        parser.error("--api-key is not taken: on the command line every user of this machine can read the key "
+                     "(ps, /proc/PID/cmdline). Put it in DEMO_MCP_API_KEY or in a file named by --api-key-file, or "
+                     f"give neither to use a generated one (kept in {server_key_file()}).")
+    origins = list(args.allow_origin)
+    for value in settings.server_allow_origins:
+        try:
+            origins.append(allowed_origin(value))
+        except argparse.ArgumentTypeError as exc:
+            parser.error(f"DEMO_MCP_ALLOW_ORIGINS: {exc}")
+    key = api_key(args.api_key_file, settings.server_api_key) if args.http else ""
 
     session = SessionTools()
     exit_on_signals(session)
@@ -225,7 +344,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"MCP tools: {', '.join(tools.names)}", file=sys.stderr)
         server = build_server(tools)
         if args.http:
-            serve_http(server, args.host, args.port, args.api_key)
+            serve_http(server, args.host, args.port, key, origins)
         else:
             serve_stdio(server)
     finally:

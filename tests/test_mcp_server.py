@@ -1,7 +1,8 @@
 """The app's tools as an MCP server (app/mcp_server.py), driven by the MCP SDK's own client: over stdio (the SDK
-starts `python -m app.mcp_server`), over Streamable HTTP on 127.0.0.1 (a real server process with an API key) and
-in memory (the built-in tools' annotations and structured results). The python tool runs in the real bubblewrap
-sandbox; the browser reads a local test site."""
+starts `python -m app.mcp_server`), over Streamable HTTP on 127.0.0.1 (a real server process with an API key:
+given, generated, or from a file; browsers' origins refused unless listed) and in memory (the built-in tools'
+annotations and structured results). The python tool runs in the real bubblewrap sandbox; the browser reads a local
+test site."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import asyncio
 import base64
 import json
 import os
+import stat
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -271,8 +274,8 @@ def test_http_serves_the_tools_to_a_client_with_the_key_and_refuses_others(site,
     base = f"http://127.0.0.1:{port}"
     # The local test site is allow-listed for the browser, as an administrator would do for an intranet.
     env = {**os.environ, "DEMO_SESSIONS_DIR": str(sessions), "DEMO_BROWSER_ALLOW": "127.0.0.1",
-           "DEMO_SEARXNG_URL": site}
-    command = [sys.executable, "-m", "app.mcp_server", "--http", "--port", str(port), "--api-key", KEY]
+           "DEMO_SEARXNG_URL": site, "DEMO_MCP_API_KEY": KEY}
+    command = [sys.executable, "-m", "app.mcp_server", "--http", "--port", str(port)]
 
     async def refused(key: str) -> None:
         with pytest.RaisesGroup(MCPError, flatten_subgroups=True):  # raised inside the transport's task groups
@@ -309,3 +312,83 @@ def test_http_serves_the_tools_to_a_client_with_the_key_and_refuses_others(site,
         assert processes_naming(sessions)  # the kernel is still there for the next client
     assert process.returncode is not None
     assert_everything_stopped(sessions)
+
+
+INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+
+
+def ping(base: str, headers: dict[str, str]) -> httpx.Response:
+    """A client's first request, as a browser page's fetch() would send it with these headers (an Origin, say)."""
+    return httpx.post(f"{base}/mcp", json=INITIALIZE, headers={"Accept": "application/json, text/event-stream",
+                                                                **headers})
+
+
+def test_a_key_on_the_command_line_is_refused_with_what_to_do_instead(tmp_path):
+    """Every user of the machine reads /proc/PID/cmdline: the key may not come from there."""
+    for args in (["--api-key", KEY], [f"--api-key={KEY}"]):
+        done = subprocess.run([sys.executable, "-m", "app.mcp_server", "--http", *args], cwd=ROOT, timeout=60,
+                              capture_output=True, text=True, env={**os.environ, "XDG_STATE_HOME": str(tmp_path)})
+        assert done.returncode == 2, done.stderr
+        assert "--api-key is not taken" in done.stderr and "/proc/PID/cmdline" in done.stderr
+        assert "DEMO_MCP_API_KEY" in done.stderr and "--api-key-file" in done.stderr
+    bad = subprocess.run([sys.executable, "-m", "app.mcp_server", "--http", "--allow-origin", "*"], cwd=ROOT,
+                         timeout=60, capture_output=True, text=True)
+    assert bad.returncode == 2 and "is not an origin: write scheme://host[:port]" in bad.stderr
+
+
+def test_http_without_a_key_generates_one_and_refuses_other_local_web_apps(sessions, tmp_path):
+    """No key configured: the first start generates one, keeps it 0600 in the state folder and prints it once; a
+    request without it is refused, the SDK's client with it is served. A browser page of another local web app
+    (Origin http://localhost:5173) is refused with the key too, unless --allow-origin lists it."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    state = tmp_path / "state"
+    env = {k: v for k, v in os.environ.items() if k not in ("DEMO_MCP_API_KEY", "DEMO_MCP_ALLOW_ORIGINS")}
+    env.update(DEMO_SESSIONS_DIR=str(sessions), XDG_STATE_HOME=str(state))
+    command = [sys.executable, "-m", "app.mcp_server", "--http", "--port", str(port)]
+    key_file = state / "composite-demo" / "mcp-api-key"
+
+    async def served(key: str) -> set[str]:
+        async with http_client(f"{base}/mcp", key) as client:
+            return {tool.name for tool in (await client.list_tools()).tools}
+
+    with server_process(command, f"{base}/health", cwd=ROOT, env=env, log=tmp_path / "first.log"):
+        key = key_file.read_text().strip()
+        assert len(key) >= 40 and stat.S_IMODE(key_file.stat().st_mode) == 0o600
+        assert stat.S_IMODE(key_file.parent.stat().st_mode) == 0o700
+        assert ping(base, {}).status_code == 401
+        assert "calculator" in asyncio.run(served(key))
+        bearer = {"Authorization": f"Bearer {key}"}
+        assert ping(base, bearer).status_code == 200
+        other_app = ping(base, {**bearer, "Origin": "http://localhost:5173"})
+        assert other_app.status_code == 403 and "--allow-origin" in other_app.text
+        assert ping(base, {**bearer, "Origin": base}).status_code == 403  # not even its own: it serves no pages
+    assert (tmp_path / "first.log").read_text().count(key) == 1  # shown once, at its generation
+
+    # The next start uses the same key, without printing it; a listed origin is served, with CORS headers.
+    with server_process([*command, "--allow-origin", "http://localhost:5173/"], f"{base}/health", cwd=ROOT,
+                        env=env, log=tmp_path / "second.log"):
+        listed = ping(base, {"Authorization": f"Bearer {key}", "Origin": "http://localhost:5173"})
+        assert listed.status_code == 200 and listed.headers["access-control-allow-origin"] == "http://localhost:5173"
+        preflight = httpx.options(f"{base}/mcp", headers={"Origin": "http://localhost:5173",
+                                                         "Access-Control-Request-Method": "POST",
+                                                         "Access-Control-Request-Headers": "authorization"})
+        assert preflight.status_code == 200
+        assert ping(base, {"Authorization": f"Bearer {key}", "Origin": "http://localhost:5174"}).status_code == 403
+    assert key not in (tmp_path / "second.log").read_text()
+
+
+def test_http_takes_the_key_from_a_file(sessions, tmp_path):
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    secret = tmp_path / "key"
+    secret.write_text("from-a-file-8c1d\n")
+    secret.chmod(0o600)
+    env = {**os.environ, "DEMO_SESSIONS_DIR": str(sessions), "XDG_STATE_HOME": str(tmp_path / "state"),
+           "DEMO_MCP_API_KEY": "not-this-one"}
+    command = [sys.executable, "-m", "app.mcp_server", "--http", "--port", str(port), "--api-key-file", str(secret)]
+    with server_process(command, f"{base}/health", cwd=ROOT, env=env, log=tmp_path / "server.log"):
+        assert ping(base, {"Authorization": "Bearer from-a-file-8c1d"}).status_code == 200
+        assert ping(base, {"Authorization": "Bearer not-this-one"}).status_code == 401
+    assert not (tmp_path / "state").exists()  # nothing generated
