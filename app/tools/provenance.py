@@ -44,18 +44,36 @@ def foreign_text(arguments: dict[str, Any], conversation: Conversation) -> Forei
     wanted = set(_words_of_value(arguments)) - _EVERY_URL
     if not wanted:
         return None
-    users: set[str] = set()
-    for message in conversation.messages:
-        if message.role == "user":
-            users.update(_words(message.content))
-    wanted -= users
+    users = "\n".join(message.content for message in conversation.messages if message.role == "user")
+    wanted -= _found(wanted, users)
     if not wanted:
         return None
     for source, text in _outside(conversation):
-        found = wanted & set(_words(text))
+        found = _found(wanted, text)
         if found:
             return ForeignText(tuple(sorted(found)[:_SHOWN_WORDS]), source)
     return None
+
+
+def _found(words: set[str], text: str) -> set[str]:
+    """Which of `words` occur in `text` as whole words. A call has a few words and a long conversation megabytes of
+    tool results: each word is looked for with str.find (C speed) and its neighbours checked, rather than the text
+    split into words (150 ms for 300 turns of 8 KB results, against a few ms)."""
+    lowered = text.lower()
+    found = set()
+    for word in words:
+        start = lowered.find(word)
+        while start != -1:
+            end = start + len(word)
+            if not _is_word_char(lowered, start - 1) and not _is_word_char(lowered, end):
+                found.add(word)
+                break
+            start = lowered.find(word, start + 1)
+    return found
+
+
+def _is_word_char(text: str, index: int) -> bool:
+    return 0 <= index < len(text) and text[index].isalnum()
 
 
 def _outside(conversation: Conversation) -> Iterator[tuple[str, str]]:
