@@ -188,22 +188,45 @@ class ResponseStoreSettings:
     """The API server's stored responses (`POST /v1/responses` with store=true, app/storage/responses.py), in the
     conversation database. A response is kept `retention_days` after it was created (30, as OpenAI keeps them),
     then it is gone: unreadable at once, deleted soon after. 0 means nothing is stored at all (earlier stored
-    responses are then unreadable too). A follow-up may continue a chain of at most `max_chain` responses."""
+    responses are then unreadable too). A follow-up may continue a chain of at most `max_chain` responses holding
+    at most `max_chain_mb` of stored JSON together (sized from each row's recorded size, before any is loaded).
+    The whole store keeps at most `max_responses` responses and `max_total_mb` of JSON, of every owner: saving past
+    either deletes the oldest."""
 
     retention_days: float = 30.0  # DEMO_RESPONSES_RETENTION_DAYS
     max_chain: int = 1000  # DEMO_RESPONSES_MAX_CHAIN
+    max_chain_mb: float = 32.0  # DEMO_RESPONSES_MAX_CHAIN_MB
+    max_responses: int = 10_000  # DEMO_RESPONSES_MAX_STORED
+    max_total_mb: float = 1024.0  # DEMO_RESPONSES_MAX_STORE_MB
 
     def __post_init__(self) -> None:
         if not 0 <= self.retention_days < float("inf"):  # NaN fails too
             raise ValueError(f"DEMO_RESPONSES_RETENTION_DAYS must be a finite number >= 0, not {self.retention_days!r}")
         if self.max_chain < 1:
             raise ValueError(f"DEMO_RESPONSES_MAX_CHAIN must be at least 1, not {self.max_chain!r}")
+        if self.max_responses < 1:
+            raise ValueError(f"DEMO_RESPONSES_MAX_STORED must be at least 1, not {self.max_responses!r}")
+        for name, value in (("DEMO_RESPONSES_MAX_CHAIN_MB", self.max_chain_mb),
+                            ("DEMO_RESPONSES_MAX_STORE_MB", self.max_total_mb)):
+            if not 0 < value < float("inf"):
+                raise ValueError(f"{name} must be a finite number > 0, not {value!r}")
+
+    @property
+    def max_chain_bytes(self) -> int:
+        return int(self.max_chain_mb * 2**20)
+
+    @property
+    def max_total_bytes(self) -> int:
+        return int(self.max_total_mb * 2**20)
 
     @classmethod
     def from_env(cls) -> ResponseStoreSettings:
         return cls(
             retention_days=_float("DEMO_RESPONSES_RETENTION_DAYS", cls.retention_days),
             max_chain=_int("DEMO_RESPONSES_MAX_CHAIN", cls.max_chain),
+            max_chain_mb=_float("DEMO_RESPONSES_MAX_CHAIN_MB", cls.max_chain_mb),
+            max_responses=_int("DEMO_RESPONSES_MAX_STORED", cls.max_responses),
+            max_total_mb=_float("DEMO_RESPONSES_MAX_STORE_MB", cls.max_total_mb),
         )
 
 
@@ -391,17 +414,26 @@ class HTTPTimeouts:
 
 @dataclass(frozen=True)
 class RequestLimits:
-    """The most messages, and characters of text in them, that one API request may have. Over either it is refused
-    (413) before any model work: fitting a prompt to the context costs time per message."""
+    """The most messages (or Responses input items, or completion prompts), and characters of text in them, that
+    one API request may have. Over either it is refused (413) before any model work: fitting a prompt to the
+    context costs time per message. `prompts_at_once` is the share of the engine one request takes: a completion
+    with many prompts runs at most that many at a time, so another client's request starts beside it instead of
+    behind all of them."""
 
     max_messages: int = 2000
     max_chars: int = 1_000_000  # characters of text in all messages together
+    prompts_at_once: int = 4  # DEMO_SERVER_PROMPTS_AT_ONCE
+
+    def __post_init__(self) -> None:
+        if self.prompts_at_once < 1:
+            raise ValueError(f"DEMO_SERVER_PROMPTS_AT_ONCE must be at least 1, not {self.prompts_at_once!r}")
 
     @classmethod
     def from_env(cls) -> RequestLimits:
         return cls(
             max_messages=_int("DEMO_SERVER_MAX_MESSAGES", cls.max_messages),
             max_chars=_int("DEMO_SERVER_MAX_CHARS", cls.max_chars),
+            prompts_at_once=_int("DEMO_SERVER_PROMPTS_AT_ONCE", cls.prompts_at_once),
         )
 
 
@@ -418,6 +450,9 @@ class ServerSettings:
     cors_origins: tuple[str, ...] = ()  # browser origins allowed to call the API; none by default
     default_max_tokens: int = 1024  # a request's token budget when it gives none
     limits: RequestLimits = RequestLimits()
+    # Generations running at once, whichever requests they serve (each reads its engine on a thread): more wait
+    # for a free one, in arrival order, without a thread.
+    max_generations: int = 64  # DEMO_SERVER_MAX_GENERATIONS
     # On SIGTERM, requests still running after this are cancelled (their generations stop) and the process exits.
     shutdown_timeout_s: float = 2.0
 
@@ -429,6 +464,7 @@ class ServerSettings:
             api_key=os.environ.get("DEMO_SERVER_API_KEY") or None,
             cors_origins=comma_list(os.environ.get("DEMO_SERVER_CORS_ORIGINS", "")),
             limits=RequestLimits.from_env(),
+            max_generations=max(1, _int("DEMO_SERVER_MAX_GENERATIONS", cls.max_generations)),
             shutdown_timeout_s=_float("DEMO_SERVER_SHUTDOWN_TIMEOUT_S", cls.shutdown_timeout_s),
         )
 

@@ -23,6 +23,7 @@ from app.config import ResponseStoreSettings
 from app.conversation import Message
 from app.storage import (
     ConversationStore,
+    ResponseChainTooLarge,
     ResponseChainTooLong,
     ResponseNotFound,
     ResponseStore,
@@ -195,7 +196,8 @@ def test_the_history_of_a_chain_of_three_is_oldest_first_inputs_before_outputs(s
     event.listen(engine, "before_cursor_execute", lambda _c, _cur, statement, *_a: statements.append(statement))
     assert store.history(ALICE, "resp_3") == [item("in_1a"), item("in_1b"), *one, item("in_2"), item("in_3"),
                                               *three]
-    assert len([s for s in statements if "api_responses" in s]) == 1  # one query, however long the chain
+    # Two queries, however long the chain: its links' metadata, then the bodies of a chain within the limits.
+    assert len([s for s in statements if "api_responses" in s]) == 2
 
 
 def test_a_deleted_link_breaks_only_the_chains_through_it(store):
@@ -237,6 +239,44 @@ def test_the_default_limit_of_a_thousand_links_is_walked_in_one_query_and_not_pa
     with pytest.raises(ResponseChainTooLong) as caught:
         store.history(ALICE, "resp_1000")
     assert isinstance(caught.value, StorageError) and caught.value.max_chain == 1000
+
+
+def test_a_chain_too_large_is_refused_from_its_rows_sizes_before_any_body_is_loaded(engine):
+    """The finding: an 8-link chain of 16 MB per link was loaded whole (+873 MB in the server) before the request's
+    size was checked. Each row now records its size; the chain is summed from those."""
+    store = ResponseStore(engine, ResponseStoreSettings(max_chain_mb=1))
+    junk = "x" * 300_000
+    for n in range(4):
+        store.save(ALICE, response(f"resp_{n}"), [item(f"in_{n}", junk)], f"resp_{n - 1}" if n else None)
+    assert len(store.history(ALICE, "resp_2")) == 6  # three links: 0.9 MB, within the limit
+    statements: list[str] = []
+    event.listen(engine, "before_cursor_execute", lambda _c, _cur, statement, *_a: statements.append(statement))
+    with pytest.raises(ResponseChainTooLarge, match=r"1\.1 MB, more than 1\.0 MB \(DEMO_RESPONSES_MAX_CHAIN_MB\)"):
+        store.history(ALICE, "resp_3")
+    [walk] = [s for s in statements if "api_responses" in s]  # the metadata only: no body was read
+    assert "input_items" not in walk and "response" not in walk.replace("api_responses", "").replace(
+        "previous_response_id", "")
+    with engine.connect() as connection:
+        sizes = dict(connection.execute(select(ApiResponseRow.id, ApiResponseRow.size)).all())
+    assert all(300_000 < size < 310_000 for size in sizes.values()), sizes
+
+
+def test_the_store_keeps_its_count_and_bytes_by_deleting_the_oldest(engine):
+    """The finding: four requests stored +178 MB, and nothing bounded the store. Past max_responses or max_total_mb
+    the oldest responses go, whoever's."""
+    counted = ResponseStore(engine, ResponseStoreSettings(max_responses=3))
+    base = time.time() - 100
+    for n in range(5):
+        counted.save(ALICE if n % 2 else BOB, response(f"resp_c{n}", created_at=base + n), [item(f"in_c{n}")], None)
+    assert row_ids(engine) == {"resp_c2", "resp_c3", "resp_c4"}
+
+    sized = ResponseStore(engine, ResponseStoreSettings(max_total_mb=1))
+    for n in range(5):  # 0.3 MB each: three fit in 1 MB
+        sized.save(ALICE, response(f"resp_s{n}", created_at=base + 10 + n), [item(f"in_s{n}", "y" * 300_000)], None)
+    assert row_ids(engine) == {"resp_s2", "resp_s3", "resp_s4"}
+    with pytest.raises(ValueError, match="more than the whole store may hold"):
+        sized.save(ALICE, response("resp_huge"), [item("in_huge", "z" * 1_100_000)], None)
+    assert "resp_huge" not in row_ids(engine)
 
 
 # ----- retention ---------------------------------------------------------------------------------------------------
@@ -289,14 +329,18 @@ def test_the_retention_is_the_settings_and_zero_stores_nothing(engine):
 def test_the_settings_come_from_the_environment(monkeypatch, engine):
     monkeypatch.delenv("DEMO_RESPONSES_RETENTION_DAYS", raising=False)
     monkeypatch.delenv("DEMO_RESPONSES_MAX_CHAIN", raising=False)
-    assert ResponseStoreSettings.from_env() == ResponseStoreSettings(retention_days=30, max_chain=1000)
+    assert ResponseStoreSettings.from_env() == ResponseStoreSettings(retention_days=30, max_chain=1000,
+                                                                     max_chain_mb=32, max_responses=10_000,
+                                                                     max_total_mb=1024)
     monkeypatch.setenv("DEMO_RESPONSES_RETENTION_DAYS", " 0.5 ")
     monkeypatch.setenv("DEMO_RESPONSES_MAX_CHAIN", "7")
     assert ResponseStore(engine).settings == ResponseStoreSettings(retention_days=0.5, max_chain=7)
     monkeypatch.setenv("DEMO_RESPONSES_RETENTION_DAYS", "0")
     assert not ResponseStore(engine).enabled
     for name, value in [("DEMO_RESPONSES_RETENTION_DAYS", "-1"), ("DEMO_RESPONSES_RETENTION_DAYS", "nan"),
-                        ("DEMO_RESPONSES_RETENTION_DAYS", "inf"), ("DEMO_RESPONSES_MAX_CHAIN", "0")]:
+                        ("DEMO_RESPONSES_RETENTION_DAYS", "inf"), ("DEMO_RESPONSES_MAX_CHAIN", "0"),
+                        ("DEMO_RESPONSES_MAX_CHAIN_MB", "0"), ("DEMO_RESPONSES_MAX_STORED", "0"),
+                        ("DEMO_RESPONSES_MAX_STORE_MB", "nan")]:
         monkeypatch.setenv(name, value)
         with pytest.raises(ValueError, match=name):
             ResponseStoreSettings.from_env()
@@ -380,5 +424,30 @@ def test_upgrading_from_0002_adds_api_responses_and_downgrading_removes_only_the
         assert store.get(ALICE, "resp_1") is None
         with engine.connect() as connection:
             assert connection.scalar(select(func.count()).select_from(ApiResponseRow)) == 0
+    finally:
+        engine.dispose()
+
+
+def test_upgrading_from_0005_records_the_size_of_every_stored_response(database_url):
+    engine = engine_at(database_url, "0005")
+    try:
+        body = response("resp_old", text="Grüße " * 1000)
+        with engine.begin() as connection:
+            connection.execute(insert(ApiResponseRow.__table__).values(
+                id="resp_old", owner=ALICE, created_at=datetime.now(UTC), previous_response_id=None,
+                input_items=[item("in_old")], response=body))
+        upgrade_to_head(engine)
+        with engine.connect() as connection:
+            size = connection.scalar(select(ApiResponseRow.size).where(ApiResponseRow.id == "resp_old"))
+        expected = len(json.dumps(body, ensure_ascii=False).encode()) + len(
+            json.dumps([item("in_old")], ensure_ascii=False).encode())
+        assert abs(size - expected) < 200  # as the database renders the JSON (PostgreSQL keeps it as given)
+        columns = [column["name"] for column in inspect(engine).get_columns("api_responses")]
+        if engine.dialect.name == "sqlite":  # before the large JSON, which the chain walk need not read
+            assert columns.index("size") < columns.index("input_items")
+        store = ResponseStore(engine, ResponseStoreSettings())
+        assert store.history(ALICE, "resp_old") == [item("in_old"), *body["output"]]
+        migrate(engine, "downgrade", "0005")
+        assert "size" not in [column["name"] for column in inspect(engine).get_columns("api_responses")]
     finally:
         engine.dispose()

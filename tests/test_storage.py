@@ -169,7 +169,7 @@ def test_opening_an_empty_database_migrates_it_to_head_once(database_url):
         assert {"conversations", "messages", "preferences", "api_responses", "mcp_tokens", "compare_votes",
                 "alembic_version"} <= tables
         with engine.connect() as connection:
-            assert current_revision(connection) == head_revision() == "0005"
+            assert current_revision(connection) == head_revision() == "0006"
         assert schema_differences(engine) == []  # the migration creates exactly what the models declare
         if engine.dialect.name == "postgresql":
             assert TRIGRAM_INDEX in {index["name"] for index in inspect(engine).get_indexes("messages")}
@@ -178,7 +178,7 @@ def test_opening_an_empty_database_migrates_it_to_head_once(database_url):
         upgrade_to_head(engine)  # again: nothing to do, nothing lost
         open_database(database_url).dispose()
         with engine.connect() as connection:
-            assert current_revision(connection) == "0005"
+            assert current_revision(connection) == "0006"
         assert store.get("alice", kept).title == "kept"
     finally:
         engine.dispose()

@@ -26,7 +26,7 @@ from openai.types import Model
 
 from app.clients.base import Client
 from app.clients.choice import default_backend
-from app.config import HTTPTimeouts, RequestLimits, ServerSettings, comma_list, offline_by_default
+from app.config import HTTPTimeouts, ServerSettings, comma_list, offline_by_default
 from app.http_timeouts import uvicorn_options
 from app.server.chat_completions import ChatCompletions
 from app.server.completions import Completions
@@ -120,7 +120,7 @@ def command_line_settings(argv: list[str] | None = None) -> ServerSettings:
     return replace(env, model=replace(env.model, backend=backend, model_path=args.model),
                    served_name=args.served_model_name, host=args.host, port=args.port, api_key=args.api_key,
                    cors_origins=comma_list(args.cors_origins),
-                   limits=RequestLimits(max_messages=args.max_messages, max_chars=args.max_chars))
+                   limits=replace(env.limits, max_messages=args.max_messages, max_chars=args.max_chars))
 
 
 def main() -> None:

@@ -16,13 +16,18 @@ from app.storage.errors import (
 )
 from app.storage.records import ConversationSummary, ImportOutcome, StoredConversation
 from app.storage.repository import ConversationStore
-from app.storage.responses import ResponseChainTooLong, ResponseNotFound, ResponseStore, StoredResponse
+from app.storage.responses import (
+    ResponseChainTooLarge,
+    ResponseChainTooLong,
+    ResponseNotFound,
+    ResponseStore,
+    StoredResponse,
+)
 
 __all__ = ["CompareVote", "CompareVoteStore", "ConversationNotFound", "ConversationStore", "ConversationSummary",
-           "ImportOutcome", "ImportRejected", "ResponseChainTooLong", "ResponseNotFound", "ResponseStore",
-           "StorageError", "StoredConversation", "StoredResponse", "UnreadableConversation", "VersionConflict",
-           "VoteOutcome",
-           "default_store", "open_database"]
+           "ImportOutcome", "ImportRejected", "ResponseChainTooLarge", "ResponseChainTooLong", "ResponseNotFound",
+           "ResponseStore", "StorageError", "StoredConversation", "StoredResponse", "UnreadableConversation",
+           "VersionConflict", "VoteOutcome", "default_store", "open_database"]
 
 
 def default_store() -> ConversationStore:

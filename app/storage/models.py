@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, Dialect, ForeignKey, Index, MetaData, String, Text, false
+from sqlalchemy import JSON, BigInteger, DateTime, Dialect, ForeignKey, Index, MetaData, String, Text, false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
@@ -109,6 +109,8 @@ class ApiResponseRow(Base):
     owner: Mapped[str] = mapped_column(String(200))  # opaque; "" where the server has no API key
     created_at: Mapped[datetime]  # the response's own created_at: retention counts from it
     previous_response_id: Mapped[str | None] = mapped_column(String(100))
+    # Bytes of its JSON (input_items and response): a chain and the whole store are sized from this, no body read.
+    size: Mapped[int] = mapped_column(BigInteger, server_default="0")
     # The large JSON last: SQLite reads a row's columns in order, so the chain walk need not read it.
     input_items: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
     response: Mapped[dict[str, Any]]

@@ -3,11 +3,12 @@ GET and DELETE /v1/responses/{id}, its input_items), in the conversation databas
 
 Each method takes the owner first and only ever touches that owner's rows; another owner's response behaves exactly
 like a missing one. A response is kept ResponseStoreSettings.retention_days after its created_at: older ones are
-invisible at once and deleted by purge_expired, which save also runs now and then."""
+invisible at once and deleted by purge_expired, which save also runs now and then. Each row records its JSON's size
+in bytes: a chain is sized from those before any body is loaded, and the store as a whole is held under its count and
+bytes limits by deleting the oldest responses (of any owner) as new ones are saved."""
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import threading
@@ -16,10 +17,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, Engine, delete, false, insert, literal_column, select, true
+from sqlalchemy import ColumnElement, Engine, delete, false, func, insert, literal_column, or_, select, true
 
 from app.config import ResponseStoreSettings
-from app.storage.engine import rowcount
+from app.storage.engine import _json_dumps, rowcount
 from app.storage.errors import StorageError
 from app.storage.models import ApiResponseRow as R
 from app.storage.sessions import EngineStore
@@ -47,6 +48,16 @@ class ResponseChainTooLong(StorageError):
                          "responses (DEMO_RESPONSES_MAX_CHAIN): start a new conversation")
         self.response_id = response_id
         self.max_chain = max_chain
+
+
+class ResponseChainTooLarge(StorageError):
+    """The chain of previous responses holds more stored JSON than ResponseStoreSettings.max_chain_mb."""
+
+    def __init__(self, response_id: str, size: int, max_bytes: int) -> None:
+        super().__init__(f"the chain of previous responses ending at {response_id!r} holds {size / 2**20:.1f} MB, "
+                         f"more than {max_bytes / 2**20:.1f} MB (DEMO_RESPONSES_MAX_CHAIN_MB): start a new "
+                         "conversation, or send less in each turn")
+        self.response_id, self.size, self.max_bytes = response_id, size, max_bytes
 
 
 @dataclass(frozen=True)
@@ -77,9 +88,10 @@ class ResponseStore(EngineStore):
     def save(self, owner: str, response: dict[str, Any], input_items: list[dict[str, Any]],
              previous_response_id: str | None) -> None:
         """Store `response` (its "id" and "created_at", unix seconds, are the row's) with the request's own input
-        items; nothing when the store is not enabled. ValueError if the response has no string id or numeric
-        created_at, an input item is not an object with a string "id", or something is not JSON (NaN included);
-        StorageError if the database fails, or a response with this id is already stored."""
+        items; nothing when the store is not enabled. Then, if the store holds more responses or bytes than its
+        limits, the oldest go. ValueError if the response has no string id or numeric created_at, an input item is
+        not an object with a string "id", something is not JSON (NaN included), or it alone is larger than the
+        whole store may be; StorageError if the database fails, or a response with this id is already stored."""
         if not self.enabled:
             return
         if not isinstance(owner, str) or len(owner) > 200:
@@ -92,15 +104,21 @@ class ResponseStore(EngineStore):
         if not isinstance(input_items, list) or not all(
                 isinstance(item, dict) and isinstance(item.get("id"), str) for item in input_items):
             raise ValueError('input_items must be a list of dicts, each with a string "id"')
+        size = 0
         for name, value in (("response", response), ("input_items", input_items)):
             try:  # here, not in the database driver, so that the caller gets a plain ValueError
-                json.dumps(value, allow_nan=False)
+                size += len(_json_dumps(value).encode())  # as the engine serialises it
             except (TypeError, ValueError) as exc:
                 raise ValueError(f"{name} must be JSON-serialisable: {exc}") from exc
+        if size > self.settings.max_total_bytes:
+            raise ValueError(f"the response and its input take {size} bytes, more than the whole store may hold "
+                             f"({self.settings.max_total_bytes}, DEMO_RESPONSES_MAX_STORE_MB)")
         row = {"id": response["id"], "owner": owner, "created_at": _created_at(response),
-               "previous_response_id": previous_response_id, "input_items": input_items, "response": response}
+               "previous_response_id": previous_response_id, "size": size, "input_items": input_items,
+               "response": response}
         with self._writing() as session:
             session.execute(insert(R).values(row))
+        self._evict_if_over()
         self._purge_if_due()
 
     def get(self, owner: str, response_id: str) -> StoredResponse | None:
@@ -123,32 +141,42 @@ class ResponseStore(EngineStore):
 
     def history(self, owner: str, response_id: str) -> list[dict[str, Any]]:
         """What a follow-up with previous_response_id=response_id continues from: for each response of the chain
-        that ends at it, oldest first, its input items then its response's "output" items. One query (a recursive
-        CTE, at most max_chain + 1 levels deep). ResponseNotFound if the response or any earlier link is missing,
-        expired or another owner's; ResponseChainTooLong if the chain holds more than max_chain responses."""
+        that ends at it, oldest first, its input items then its response's "output" items. The chain is walked on
+        the rows' metadata first (a recursive CTE, at most max_chain + 1 levels deep) and sized from their recorded
+        sizes; only a chain within the limits has its bodies loaded. ResponseNotFound if the response or any earlier
+        link is missing, expired or another owner's; ResponseChainTooLong if the chain holds more than max_chain
+        responses, ResponseChainTooLarge if more than max_chain_mb of JSON."""
         limit = self.settings.max_chain
         visible = self._visible(owner)
-        start = (select(R.id, R.previous_response_id, literal_column("1").label("depth"))
+        start = (select(R.id, R.previous_response_id, R.size, literal_column("1").label("depth"))
                  .where(R.id == response_id, *visible).cte("chain", recursive=True))
         # Links deeper than the limit are not followed: one level past it is enough to know the chain is too long
         # (and a cycle, which saving never makes, ends there too).
         chain = start.union_all(
-            select(R.id, R.previous_response_id, start.c.depth + 1)
+            select(R.id, R.previous_response_id, R.size, start.c.depth + 1)
             .join(start, R.id == start.c.previous_response_id)
             .where(start.c.depth <= limit, *visible))
-        query = (select(chain.c.depth, R.id, R.previous_response_id, R.input_items, R.response)
-                 .join(R, R.id == chain.c.id).order_by(chain.c.depth.desc()))
         with self._reading() as session:
-            rows = session.execute(query).all()
-        if not rows:
+            links = session.execute(select(chain.c.id, chain.c.previous_response_id, chain.c.size, chain.c.depth)
+                                    .order_by(chain.c.depth.desc())).all()
+        if not links:
             raise ResponseNotFound(response_id)
-        oldest = rows[0]
+        oldest = links[0]
         if oldest.depth > limit:
             raise ResponseChainTooLong(response_id, limit)
         if oldest.previous_response_id is not None:
             raise ResponseNotFound(oldest.previous_response_id)
+        size = sum(link.size for link in links)
+        if size > self.settings.max_chain_bytes:
+            raise ResponseChainTooLarge(response_id, size, self.settings.max_chain_bytes)
+        with self._reading() as session:
+            bodies = {row.id: row for row in session.execute(
+                select(R.id, R.input_items, R.response).where(R.id.in_([link.id for link in links]), *visible))}
         items: list[dict[str, Any]] = []
-        for row in rows:
+        for link in links:
+            row = bodies.get(link.id)
+            if row is None:  # deleted (or expired) between the two reads
+                raise ResponseNotFound(link.id)
             items.extend(row.input_items)
             items.extend(row.response.get("output") or [])
         return items
@@ -203,6 +231,31 @@ class ResponseStore(EngineStore):
             return true()
         cutoff = self._cutoff()
         return R.created_at < cutoff if cutoff is not None else false()
+
+    def _evict_if_over(self) -> None:
+        """Delete the oldest responses, whoever's, while the store holds more than max_responses or
+        max_total_bytes: a store that clients fill cannot grow without bound. A failure is logged (the response
+        was saved); the next save tries again."""
+        settings = self.settings
+        try:
+            with self._reading() as session:
+                count, total = session.execute(select(func.count(), func.coalesce(func.sum(R.size), 0))).one()
+            if count <= settings.max_responses and total <= settings.max_total_bytes:
+                return
+            newest_first = (R.created_at.desc(), R.id.desc())
+            running = select(R.id, func.row_number().over(order_by=newest_first).label("n"),
+                             func.sum(R.size).over(order_by=newest_first).label("bytes")).subquery()
+            doomed = select(running.c.id).where(or_(running.c.n > settings.max_responses,
+                                                    running.c.bytes > settings.max_total_bytes))
+            with self._writing() as session:
+                evicted = rowcount(session.execute(delete(R).where(R.id.in_(doomed))
+                                                   .execution_options(synchronize_session=False)))
+        except StorageError as exc:
+            log.warning("the response store was not trimmed to its limits: %s", exc)
+            return
+        if evicted:
+            log.info("deleted the %d oldest stored responses: the store is kept under %d responses and %d bytes",
+                     evicted, settings.max_responses, settings.max_total_bytes)
 
     def _purge_if_due(self) -> None:
         """Purge unless this store did within PURGE_INTERVAL_S. The response was saved already: a failed purge is
