@@ -32,6 +32,7 @@ class GenerationParams:
     seed: int | None = None
     ignore_eos: bool = False  # benchmarks only: generate exactly max_new_tokens
     thinking: bool | None = None  # a reasoning model's thought on/off where its template has the switch; None: default
+    truncate: bool = True  # drop the oldest messages of a conversation over the context window; False: refuse it
     server_defaults: frozenset[str] = frozenset()  # sampling fields left to a remote server's model defaults
 
     def __post_init__(self) -> None:

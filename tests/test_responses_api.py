@@ -10,10 +10,11 @@ import httpx
 import jsonschema
 import openai
 import pytest
+from sqlalchemy import text
 
 from app.clients.base import Delta
 from app.clients.hf.client import HFClient
-from app.config import ModelSettings, ServerSettings
+from app.config import ModelSettings, RequestLimits, ServerSettings
 from app.server.api import create_app
 from app.storage import open_database
 from app.storage.responses import ResponseStore
@@ -370,3 +371,108 @@ def test_items_settings_and_tools_reach_the_core_as_chat(tmp_path):
     assert (call["name"], call["namespace"], call["call_id"]) == ("search", "b", "call_9")
     # The echo keeps the tools OpenAI's types can repeat (these namespaces lack a description).
     assert [tool["type"] for tool in answer["tools"]] == ["web_search"] and answer["user"] == "someone"
+
+
+# ----- what the store keeps, and the bounds on it (the store's amplification) ------------------------------------
+
+JUNK = "j" * 200_000
+
+
+def test_the_store_keeps_only_the_fields_openais_schema_defines(tmp_path):
+    """The finding: junk keys inside input items were stored, and hosted tools echoed with theirs (four requests
+    stored +178 MB). Items and tools are stored in their schema's shape: a 1.4 MB request stores a few KB."""
+    from tests.fake_client import ScriptedClient, text_reply
+
+    engine = open_database(f"sqlite:///{tmp_path}/junk.db")
+    client = ScriptedClient([text_reply("Noted."), text_reply("Still noted.")])
+    body = {"model": "scripted-model", "tools": [
+        {"type": "web_search", "junk": JUNK},
+        {"type": "function", "name": "f", "parameters": {"type": "object", "properties": {}}, "junk": JUNK}],
+        "input": [
+            {"role": "user", "content": "Hi", "junk": JUNK},
+            {"type": "message", "role": "user", "junk": JUNK,
+             "content": [{"type": "input_text", "text": "Hello", "junk": JUNK}]},
+            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}", "junk": JUNK},
+            {"type": "function_call_output", "call_id": "c1", "output": [{"type": "input_text", "text": "ok",
+                                                                         "junk": JUNK}], "junk": JUNK},
+            {"type": "reasoning", "summary": [{"type": "summary_text", "text": "s", "junk": JUNK}], "junk": JUNK}]}
+    with serving(create_app(ServerSettings(), client=client, response_store=ResponseStore(engine))) as base:
+        answer = httpx.post(f"{base}/v1/responses", json=body, timeout=30)
+        assert answer.status_code == 200, answer.text
+        response = answer.json()
+        assert JUNK not in answer.text and [tool["type"] for tool in response["tools"]] == ["web_search", "function"]
+        items = httpx.get(f"{base}/v1/responses/{response['id']}/input_items", params={"order": "asc"}).json()
+        assert [item["type"] for item in items["data"]] == ["message", "message", "function_call",
+                                                            "function_call_output", "reasoning"]
+        assert "junk" not in json.dumps(items) and items["data"][1]["content"] == [
+            {"type": "input_text", "text": "Hello"}]
+        # What was stored still continues: the follow-up's prompt holds the earlier items.
+        again = httpx.post(f"{base}/v1/responses", json={"model": "scripted-model", "input": "And?",
+                                                         "previous_response_id": response["id"]}, timeout=30)
+        assert again.status_code == 200, again.text
+    assert client.requests[1].roles == ["user", "user", "assistant", "tool", "assistant", "user"]
+    with engine.connect() as connection:
+        stored = connection.execute(text("SELECT size, length(input_items) + length(response) FROM api_responses")
+                                    ).all()
+    assert len(stored) == 2 and all(size < 10_000 and size == length for size, length in stored), stored
+
+
+def test_a_chain_over_its_size_limit_is_a_400_before_it_is_loaded(tmp_path):
+    """The finding: an 8-link chain carrying 16 MB per link grew the server by +873 MB over four follow-ups of 140
+    bytes, each link loaded before the size check. The chain is sized from the rows first."""
+    from app.config import ResponseStoreSettings
+    from tests.fake_client import ScriptedClient, text_reply
+
+    store = ResponseStore(open_database(f"sqlite:///{tmp_path}/chain.db"), ResponseStoreSettings(max_chain_mb=0.5))
+    client = ScriptedClient([text_reply("ok") for _ in range(4)])
+    with serving(create_app(ServerSettings(), client=client, response_store=store)) as base:
+        previous = None
+        for turn in range(4):  # the fourth continues three links of 0.2 MB: over 0.5 MB
+            answer = httpx.post(f"{base}/v1/responses", timeout=30, json={
+                "model": "scripted-model", "input": "x" * 200_000, "previous_response_id": previous})
+            if turn < 3:
+                assert answer.status_code == 200, answer.text
+                previous = answer.json()["id"]
+        error = answer.json()["error"]
+        assert answer.status_code == 400 and error["param"] == "previous_response_id", error
+        assert "DEMO_RESPONSES_MAX_CHAIN_MB" in error["message"]
+    assert len(client.requests) == 3  # the fourth never reached the model
+
+
+def test_input_items_are_bounded_even_those_that_make_no_message(tmp_path):
+    """The finding: 200,001 input items were stored (reasoning items and function calls make no message of their
+    own, so the limit on messages did not see them)."""
+    from tests.fake_client import ScriptedClient, text_reply
+
+    client = ScriptedClient([text_reply("ok")])
+    settings = ServerSettings(limits=RequestLimits(max_messages=10))
+    store = ResponseStore(open_database(f"sqlite:///{tmp_path}/items.db"))
+    with serving(create_app(settings, client=client, response_store=store)) as base:
+        many = [{"type": "reasoning", "summary": []}] * 10 + [{"role": "user", "content": "Hi"}]
+        answer = httpx.post(f"{base}/v1/responses", json={"model": "scripted-model", "input": many}, timeout=30)
+        error = answer.json()["error"]
+        assert answer.status_code == 413 and error["param"] == "input" and "11 items" in error["message"], error
+        ok = httpx.post(f"{base}/v1/responses", json={"model": "scripted-model", "input": many[1:]}, timeout=30)
+        assert ok.status_code == 200, ok.text
+    assert len(client.requests) == 1
+
+
+def test_truncation_disabled_over_the_window_is_a_prompt_400(tiny_model_dir):
+    """The finding: truncation "disabled" silently cut the input (after 155 s on a large one), where OpenAI answers
+    400. Now counted once and refused before generating; "auto" still drops the oldest turns."""
+    client = HFClient(ModelSettings(dtype="float32", model_path=str(tiny_model_dir), device="cpu",
+                                    max_context_tokens=256))
+    turns = [{"role": "user" if n % 2 == 0 else "assistant", "content": f"Turn {n}: " + "words " * 30}
+             for n in range(40)] + [{"role": "user", "content": "Last question?"}]
+    with serving(create_app(ServerSettings(), client=client)) as base:
+        body = {"model": client.capabilities.model_id, "input": turns, "max_output_tokens": 4, "store": False}
+        started = time.perf_counter()
+        refused = httpx.post(f"{base}/v1/responses", json={**body, "truncation": "disabled"}, timeout=60)
+        took = time.perf_counter() - started
+        error = refused.json()["error"]
+        assert refused.status_code == 400 and "truncation" in error["message"], error
+        assert took < 30  # generous: it is one count of the prompt
+        fitted = httpx.post(f"{base}/v1/responses", json={**body, "truncation": "auto"}, timeout=60)
+        assert fitted.status_code == 200, fitted.text
+        wrong = httpx.post(f"{base}/v1/responses", json={**body, "truncation": "sometimes"}, timeout=60)
+        assert wrong.status_code in (400, 422)

@@ -274,6 +274,18 @@ class ChatTemplate:
                 fitting[len(candidate)] = encoded
             return len(encoded.token_ids)
 
+        if not params.truncate:  # counted once: over the window, refused at once (the API's truncation=disabled)
+            try:
+                encoded = self.render(messages, tools, images, params.thinking)
+            except Exception as exc:
+                raise ClientError(f"The model's chat template could not render the conversation: {exc}") from exc
+            floor = min(reserve, MIN_ANSWER_TOKENS)
+            if len(encoded.token_ids) > self.context_window - floor:
+                raise ClientError(
+                    f"The input has {len(encoded.token_ids)} tokens, but this model's context window holds "
+                    f"{self.context_window}, and at least {floor} of them must stay free for the answer; with "
+                    "truncation disabled nothing is dropped: shorten the input, or send truncation=auto.")
+            return encoded, 0
         try:
             try:
                 fitted = fit_to_context(messages, count, budget)

@@ -33,7 +33,7 @@ from app.server.generations import Generations, InFlight
 from app.server.protocol import APIError, error_response
 from app.server.responses_output import ResponseOutput, new_id
 from app.storage import StorageError
-from app.storage.responses import ResponseNotFound, ResponseStore
+from app.storage.responses import ResponseChainTooLarge, ResponseChainTooLong, ResponseNotFound, ResponseStore
 
 log = logging.getLogger(__name__)
 
@@ -94,10 +94,13 @@ class Responses:
                                       client.capabilities.context_window or self.default_max_tokens)
         tools = await run_in_threadpool(rp.tools, body)
         response_format = await run_in_threadpool(rp.response_format, body)
-        items = [_with_id(item) for item in rp.input_items(body)]
+        given = rp.input_items(body)
+        self._check_items(len(given))  # before anything is loaded or converted
         earlier = await run_in_threadpool(self._history, store, owner, body.previous_response_id)
-        chat = rp.chat_messages(body.instructions, [*earlier, *items], tools)
+        self._check_items(len(earlier) + len(given))
+        chat = rp.chat_messages(body.instructions, [*earlier, *given], tools)
         self._check_size(chat)
+        items = [_with_id(rp.stored_item(item)) for item in given]  # checked by chat_messages: schema fields only
         messages = await run_in_threadpool(_checked_messages, chat)
         output = ResponseOutput(body.model, _settings(body), tools,
                                 summarize=bool(body.reasoning and body.reasoning.summary))
@@ -167,6 +170,14 @@ class Responses:
         finally:
             self.generations.done(flight, output.metrics, ended)
 
+    def _check_items(self, count: int) -> None:
+        """413 for more input items (the earlier responses' included) than the limit on messages: items that make
+        no message of their own (function calls join one) would otherwise be unbounded."""
+        if count > self.limits.max_messages:
+            raise APIError(413, f"The input has {count} items, the previous responses' included; this server takes "
+                                f"at most {self.limits.max_messages} per request.", param="input",
+                           code="request_too_large")
+
     def _check_size(self, messages: list[dict[str, Any]]) -> None:
         if len(messages) > self.limits.max_messages:
             raise APIError(413, f"The input makes {len(messages)} messages; this server takes at most "
@@ -233,6 +244,9 @@ class Responses:
         except ResponseNotFound as exc:
             raise APIError(404, f"Previous response with id {previous!r} not found (or a response it continues was "
                                 "deleted or has expired).", param="previous_response_id") from exc
+        except (ResponseChainTooLong, ResponseChainTooLarge) as exc:
+            raise APIError(400, f"Previous response {previous!r} cannot be continued: {exc}.",
+                           param="previous_response_id") from exc
         except StorageError as exc:
             raise APIError(503, f"Stored responses are unavailable: {exc}", kind="service_unavailable") from exc
 
@@ -282,16 +296,31 @@ _TOOL = TypeAdapter(Tool)
 
 
 def _echoable(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The request's tools that a Response can repeat: a tool the server took that OpenAI's types do not (a
-    namespace without a description) is left out of the echo rather than failing the answer."""
+    """The request's tools as a Response repeats (and the store keeps) them: each as OpenAI's `Tool` types read it,
+    with only the fields they declare (a client's extra keys are not echoed or stored). A tool the server took that
+    those types do not (a namespace without a description) is left out of the echo rather than failing the
+    answer."""
     kept = []
     for tool in tools:
         try:
-            _TOOL.validate_python(tool)
+            kept.append(_declared(_TOOL.validate_python(tool)))
         except ValidationError:
             continue
-        kept.append(tool)
     return kept
+
+
+def _declared(value: Any) -> Any:
+    """`value` as JSON with only the fields its openai.types models declare, recursively: those models keep any
+    extra key they are given."""
+    if isinstance(value, BaseModel):
+        fields = type(value).model_fields
+        return {field.alias or name: _declared(getattr(value, name))
+                for name, field in fields.items() if name in value.model_fields_set}
+    if isinstance(value, list | tuple):
+        return [_declared(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _declared(item) for key, item in value.items()}
+    return value
 
 
 def _checked_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -13,7 +13,7 @@ not in the client: this server runs no tools, so they are accepted (clients such
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -24,7 +24,7 @@ from app.server.protocol import APIError, FunctionDefinition, parameters_problem
 
 # Fields accepted without effect: they change nothing for one local model, or are bookkeeping a client sends along.
 _HARMLESS_FIELDS = {"service_tier", "prompt_cache_key", "prompt_cache_retention", "safety_identifier",
-                    "client_metadata", "truncation", "stream_options", "max_tool_calls"}
+                    "client_metadata", "stream_options", "max_tool_calls"}
 # Tools that run on OpenAI's servers; a client sends them, this server's model is not offered them.
 HOSTED_TOOLS = {"web_search", "web_search_preview", "web_search_2025_08_26", "web_search_preview_2025_03_11",
                 "file_search", "code_interpreter", "image_generation", "computer_use_preview", "computer", "mcp",
@@ -83,6 +83,9 @@ class ResponsesRequest(BaseModel):
     include: list[str] | None = None
     background: bool | None = None
     top_logprobs: int | None = None
+    # "disabled": an input over the context window is a 400, as OpenAI answers; "auto" (and, as before, left out):
+    # the oldest messages are dropped to fit.
+    truncation: Literal["auto", "disabled"] | None = None
 
 
 def check_supported(request: ResponsesRequest) -> None:
@@ -114,10 +117,11 @@ def generation_params(request: ResponsesRequest, defaults: GenerationDefaults,
     "none" turns a switchable model's thought off; any other effort leaves it as the model has it."""
     effort = request.reasoning.effort if request.reasoning else None
     try:
-        return defaults.params(temperature=request.temperature, top_p=request.top_p, top_k=request.top_k,
-                               repetition_penalty=request.repetition_penalty,
-                               max_new_tokens=request.max_output_tokens or default_max_tokens, stop=(),
-                               seed=request.seed, thinking=False if effort == "none" else None)
+        params = defaults.params(temperature=request.temperature, top_p=request.top_p, top_k=request.top_k,
+                                 repetition_penalty=request.repetition_penalty,
+                                 max_new_tokens=request.max_output_tokens or default_max_tokens, stop=(),
+                                 seed=request.seed, thinking=False if effort == "none" else None)
+        return replace(params, truncate=False) if request.truncation == "disabled" else params
     except ValueError as exc:
         raise APIError(400, str(exc)) from exc
 
@@ -379,3 +383,52 @@ def _reasoning_text(item: dict[str, Any]) -> str:
             if texts:
                 return "\n".join(texts)
     return ""
+
+
+# ----- input items as stored ------------------------------------------------------------------------------------
+
+_TEXT_PARTS = {"input_text", "output_text", "text", "summary_text"}
+
+
+def stored_item(item: dict[str, Any]) -> dict[str, Any]:
+    """An input item (one `chat_messages` took) as it is stored and listed: only the fields OpenAI's schema gives
+    its type and this server reads, in their schema's shape; whatever else the client put in is dropped. (Stored
+    items come back as the input of follow-ups, through `chat_messages` again.)"""
+    kind = item.get("type", "message")
+    kept: dict[str, Any] = {"type": kind}
+    if isinstance(item.get("id"), str) and 0 < len(item["id"]) <= 100:
+        kept["id"] = item["id"]
+    if kind == "message":
+        kept["role"] = item["role"]
+        content = item["content"]
+        kept["content"] = content if isinstance(content, str) else [_stored_part(part) for part in content]
+    elif kind == "function_call":
+        arguments = item.get("arguments", "{}")
+        kept.update(call_id=item["call_id"], name=item["name"],
+                    arguments=arguments if isinstance(arguments, str) else json.dumps(arguments))
+        if isinstance(item.get("namespace"), str):
+            kept["namespace"] = item["namespace"]
+    elif kind == "function_call_output":
+        output = item["output"]  # a string or a list: chat_messages checked it
+        kept.update(call_id=item["call_id"], output=output if isinstance(output, str) else [
+            {"type": "input_text", "text": part["text"]} for part in output
+            if isinstance(part, dict) and part.get("type") in _TEXT_PARTS and isinstance(part.get("text"), str)])
+    elif kind == "reasoning":
+        for key, part_type in (("summary", "summary_text"), ("content", "reasoning_text")):
+            parts = item.get(key)
+            kept[key] = [{"type": part_type, "text": part["text"]} for part in parts
+                         if isinstance(part, dict) and isinstance(part.get("text"), str)] \
+                if isinstance(parts, list) else []
+    return kept
+
+
+def _stored_part(part: dict[str, Any]) -> dict[str, Any]:
+    """A message's content part as stored: its type and its text (or image URL and detail), nothing else."""
+    kind = part["type"]
+    if kind == "refusal" and isinstance(part.get("refusal"), str):
+        return {"type": "refusal", "refusal": part["refusal"]}
+    if kind == "input_image":
+        detail = part.get("detail")
+        return {"type": "input_image", "image_url": part["image_url"],
+                "detail": detail if detail in ("low", "high", "auto") else "auto"}
+    return {"type": kind, "text": part.get("text", part.get("refusal"))}
