@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from app.clients.base import ClientError, GenerationParams
+from app.clients.base import ClientError, Delta, GenerationParams
 from app.clients.hf.client import HFClient
 from app.clients.openai import OpenAIClient
 from app.clients.raw_prompt import raw_prompt_ids
@@ -275,3 +275,97 @@ def test_each_prompt_gets_its_own_generation_and_the_limits_hold():
             sdk.completions.create(model="scripted-model", prompt="x" * 21)
         assert many.value.status_code == long.value.status_code == 413
         assert len(client.requests) == 2  # refused before any generation
+
+
+class FifoEngineClient(ScriptedClient):
+    """A model that writes `capacity` answers at once while the others wait in arrival order, as the HF batcher
+    and llama.cpp's slots do: each answer is `tokens` pieces, `step_s` apart. It records which prompts ran
+    together."""
+
+    def __init__(self, capacity: int, tokens: int, step_s: float) -> None:
+        super().__init__()
+        self.capacity, self.tokens, self.step_s = capacity, tokens, step_s
+        self._turns = threading.Condition()
+        self._waiting: list[object] = []
+        self.running: list[str] = []
+        self.most_running: dict[str, int] = {}  # by the prompt's first word: the most that ran together
+        self.finished: list[str] = []
+
+    def complete(self, prompt, params, cancel, suffix=None):
+        ticket, tag = object(), str(prompt).split()[0]
+        with self._turns:
+            self._waiting.append(ticket)
+            while not (self._waiting[0] is ticket and len(self.running) < self.capacity):
+                if cancel.is_set():
+                    self._waiting.remove(ticket)
+                    self._turns.notify_all()
+                    return
+                self._turns.wait(0.05)
+            self._waiting.pop(0)
+            self.running.append(tag)
+            self.most_running[tag] = max(self.most_running.get(tag, 0), self.running.count(tag))
+            self._turns.notify_all()
+        try:
+            for _ in range(self.tokens):
+                if cancel.is_set():
+                    break
+                time.sleep(self.step_s)
+                yield Delta(text=".")
+            yield Delta(finish_reason="length")
+        finally:
+            with self._turns:
+                self.running.remove(tag)
+                self.finished.append(tag)
+                self._turns.notify_all()
+
+
+def test_one_requests_prompts_take_a_bounded_share_while_another_client_is_served():
+    """The finding: one completion of 400 prompts took another client's first token from 3.7 s to over 180 s, with
+    up to 408 server threads: every prompt was queued in the engine at once, ahead of everyone else. Now at most
+    prompts_at_once of a request's prompts run (a thread each); the others wait without a thread."""
+    engine = FifoEngineClient(capacity=3, tokens=4, step_s=0.03)
+    settings = ServerSettings(limits=RequestLimits(prompts_at_once=2))
+    threads: list[int] = []
+    with serving(create_app(settings, client=engine)) as base:
+        sdk = openai.OpenAI(base_url=f"{base}/v1", api_key="none", max_retries=0, timeout=120)
+        bulk: dict[str, object] = {}
+
+        def send_bulk() -> None:
+            bulk["reply"] = sdk.completions.create(model="scripted-model", prompt=[f"bulk {n}" for n in range(40)],
+                                                   max_tokens=4)
+
+        sender = threading.Thread(target=send_bulk)
+        sender.start()
+        deadline = time.monotonic() + 30
+        while not engine.running:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        threads.append(threading.active_count())
+        with sdk.completions.create(model="scripted-model", prompt="other", max_tokens=4, stream=True) as stream:
+            texts = [chunk.choices[0].text for chunk in stream if chunk.choices]
+        threads.append(threading.active_count())
+        bulk_done_when_other_done = engine.finished.count("bulk")
+        sender.join(timeout=60)
+    assert "".join(texts) == "...."
+    assert engine.most_running["bulk"] == 2  # its share, though the engine had room for 3
+    assert bulk_done_when_other_done < 40  # the other client was served beside the bulk, not after it
+    reply = bulk["reply"]
+    assert [choice.index for choice in reply.choices] == list(range(40))
+    assert all(choice.text == "...." and choice.finish_reason == "length" for choice in reply.choices)
+    assert max(threads) < 40  # a thread per running prompt, not per prompt
+
+
+def test_a_client_that_leaves_stops_its_waiting_prompts_too():
+    engine = FifoEngineClient(capacity=4, tokens=50, step_s=0.05)
+    settings = ServerSettings(limits=RequestLimits(prompts_at_once=2))
+    with serving(create_app(settings, client=engine)) as base:
+        body = {"model": "scripted-model", "prompt": [f"bulk {n}" for n in range(20)], "max_tokens": 50,
+                "stream": True}
+        with httpx.stream("POST", f"{base}/v1/completions", json=body, timeout=30) as response:
+            next(line for line in response.iter_lines() if line.startswith("data:"))
+        deadline = time.monotonic() + 10
+        while engine.running:  # both running prompts are cancelled, and none of the waiting ones starts
+            assert time.monotonic() < deadline, engine.running
+            time.sleep(0.05)
+        time.sleep(0.5)
+        assert not engine.running and len(engine.finished) == 2

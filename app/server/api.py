@@ -50,7 +50,7 @@ def create_app(settings: ServerSettings, client: Client | None = None,
     metrics = ServerMetrics()
     metrics.watch_model(lambda: holder.client.activity() if holder.client is not None else None)
     # One object per endpoint family; a new family is built and registered alongside, and cancelled on shutdown.
-    generations = Generations(holder, metrics)
+    generations = Generations(holder, metrics, settings.max_generations)
     chat = ChatCompletions(generations, settings.default_max_tokens, settings.limits)
     text_completions = Completions(generations, settings.default_max_tokens, settings.limits)
     responses = Responses(generations, (lambda: response_store) if response_store is not None

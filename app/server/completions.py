@@ -5,6 +5,8 @@ others: a raw continuation, no chat template; with `suffix`, fill-in-the-middle 
 where it has none). Answers are `openai.types.Completion`; streams are Server-Sent Events of "text_completion"
 chunks (each choice's text as it is generated, its finish reason on its last chunk), usage when asked, `[DONE]`.
 Prompts over the size limits are refused before any model work; a client that disconnects cancels its generations.
+A request's prompts take a bounded share of the engine (RequestLimits.prompts_at_once run at a time, the next
+starting as one ends), so another client's request starts beside them rather than behind them all.
 """
 
 from __future__ import annotations
@@ -12,10 +14,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import threading
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, cast
@@ -26,7 +27,7 @@ from openai.types.completion_usage import PromptTokensDetails
 from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette import EventSourceResponse
 
-from app.clients.base import Client, Delta, GenerationParams
+from app.clients.base import Delta, GenerationParams
 from app.config import RequestLimits
 from app.conversation import AnswerMetrics
 from app.generation_defaults import GenerationDefaults
@@ -134,12 +135,12 @@ FinishReason = Literal["stop", "length"]
 
 @dataclass(eq=False)
 class _Choice:
-    """One prompt's generation and what it has written so far."""
+    """One prompt's generation (None until it has started) and what it has written so far."""
 
     index: int
     prompt: Prompt
-    flight: InFlight
-    first: Delta | None
+    flight: InFlight | None = None
+    first: Delta | None = None
     text: list[str] = field(default_factory=list)
     last: Delta | None = None
     ended: str = "cancelled"  # its finish reason once it has ended whole
@@ -165,6 +166,7 @@ class _Reply:
     model: str
     choices: list[_Choice]
     echo: bool
+    start: Callable[[_Choice], Awaitable[tuple[InFlight, Delta | None]]]  # a choice's generation, when its turn comes
     id: str = field(default_factory=lambda: f"cmpl-{uuid.uuid4().hex}")
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -222,41 +224,48 @@ class Completions:
         client = self.generations.client_for(body.model)
         check_supported(body, given)
         params = generation_params(body, client.generation_defaults, self.default_max_tokens)
-        reply = _Reply(body.model, await self._start(request, client, given, params, body.suffix), body.echo)
+        # One bound per request: at most prompts_at_once of its prompts run together, the rest wait their turn.
+        share = asyncio.Semaphore(self.limits.prompts_at_once)
+
+        def start(choice: _Choice) -> Awaitable[tuple[InFlight, Delta | None]]:
+            prompt = choice.prompt
+            return self.generations.start(
+                request, lambda cancel: client.complete(prompt, params, cancel, body.suffix), share)
+
+        choices = [_Choice(index, prompt) for index, prompt in enumerate(given)]
+        await self._start_first(choices[:self.limits.prompts_at_once], start)
+        reply = _Reply(body.model, choices, body.echo, start)
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
             return EventSourceResponse(self._events(reply, include_usage), sep="\n", ping=15)
         return await self._whole(reply)
 
-    async def _start(self, request: Request, client: Client, given: list[Prompt], params: GenerationParams,
-                     suffix: str | None) -> list[_Choice]:
-        """One generation per prompt, all started together; if one cannot be served, none goes on."""
-
-        def generation(prompt: Prompt) -> Callable[[threading.Event], Iterator[Delta]]:
-            return lambda cancel: client.complete(prompt, params, cancel, suffix)
-
-        started = await asyncio.gather(*(self.generations.start(request, generation(prompt)) for prompt in given),
-                                       return_exceptions=True)
+    async def _start_first(self, choices: list[_Choice],
+                           start: Callable[[_Choice], Awaitable[tuple[InFlight, Delta | None]]]) -> None:
+        """Start the first prompts together, before any answer is sent: if one cannot be served (too long, the
+        model not loaded), the request is an HTTP error and none goes on. A later prompt that cannot be served
+        ends the completion with that error then (in a stream, as an error event)."""
+        started = await asyncio.gather(*(start(choice) for choice in choices), return_exceptions=True)
         failure = next((result for result in started if isinstance(result, BaseException)), None)
         if failure is not None:
             for result in started:
                 if not isinstance(result, BaseException):
                     self.generations.done(result[0], None, "cancelled")
             raise failure
-        flights = cast(list[tuple[InFlight, Delta | None]], started)
-        return [_Choice(index, prompt, flight, first)
-                for index, (prompt, (flight, first)) in enumerate(zip(given, flights, strict=True))]
+        for choice, result in zip(choices, started, strict=True):
+            choice.flight, choice.first = cast(tuple[InFlight, Delta | None], result)
 
     async def _whole(self, reply: _Reply) -> Any:
         """The whole completion; if the client left meanwhile, an answer nobody reads (499, as nginx logs it)."""
         try:
-            async with aclosing(_deltas(reply.choices)) as deltas:
+            async with aclosing(_deltas(reply)) as deltas:
                 async for choice, delta in deltas:
                     if delta is not None:
                         choice.add(delta)
-            if any(choice.flight.client_left for choice in reply.choices):
+            flights = [choice.flight for choice in reply.choices if choice.flight is not None]
+            if any(flight.client_left for flight in flights):
                 return error_response(499, "The client closed the request.", kind="client_closed_request")
-            if any(choice.flight.stopped for choice in reply.choices):
+            if any(flight.stopped for flight in flights):
                 raise APIError(503, "The server is shutting down.", kind="service_unavailable")
             return reply.completion()
         finally:
@@ -269,12 +278,13 @@ class Completions:
             if reply.echo:  # the prompts first, as vLLM streams them
                 for choice in reply.choices:
                     yield reply.chunk(choice, reply.echoed(choice))
-            async with aclosing(_deltas(reply.choices)) as deltas:
+            async with aclosing(_deltas(reply)) as deltas:
                 try:
                     async for choice, delta in deltas:
                         if delta is None:
-                            if choice.flight.stopped:  # cancelled: no finish reason, no [DONE]
-                                if not choice.flight.client_left:
+                            flight = cast(InFlight, choice.flight)  # it has ended, so it had started
+                            if flight.stopped:  # cancelled: no finish reason, no [DONE]
+                                if not flight.client_left:
                                     yield _error_event("The generation was cancelled: the server is shutting down.")
                                 return
                             yield reply.chunk(choice, finish=choice.finish())
@@ -296,16 +306,20 @@ class Completions:
 
     def _done(self, reply: _Reply) -> None:
         for choice in reply.choices:
-            self.generations.done(choice.flight, choice.metrics, choice.ended)
+            if choice.flight is not None:
+                self.generations.done(choice.flight, choice.metrics, choice.ended)
 
 
-async def _deltas(choices: list[_Choice]) -> AsyncGenerator[tuple[_Choice, Delta | None], None]:
-    """Every choice's deltas as they come, and each choice's end as (choice, None); a failure is raised when it
-    comes. Closing this generator stops reading (the generations themselves are stopped by `Generations.done`)."""
+async def _deltas(reply: _Reply) -> AsyncGenerator[tuple[_Choice, Delta | None], None]:
+    """Every choice's deltas as they come, and each choice's end as (choice, None); a choice not started yet starts
+    when the request's share of the engine lets it (`reply.start`). A failure is raised when it comes. Closing this
+    generator stops reading and starting (the generations themselves are stopped by `Generations.done`)."""
     queue: asyncio.Queue[tuple[_Choice, Delta | Exception | None]] = asyncio.Queue()
 
     async def read(choice: _Choice) -> None:
         try:
+            if choice.flight is None:
+                choice.flight, choice.first = await reply.start(choice)
             item = choice.first
             while item is not None:
                 queue.put_nowait((choice, item))
@@ -314,9 +328,10 @@ async def _deltas(choices: list[_Choice]) -> AsyncGenerator[tuple[_Choice, Delta
         except Exception as exc:  # handed to the reader of the queue
             queue.put_nowait((choice, exc))
 
-    readers = [asyncio.create_task(read(choice)) for choice in choices]
+    # A task per prompt, not a thread: those waiting for their turn cost a few KB each.
+    readers = [asyncio.create_task(read(choice)) for choice in reply.choices]
     try:
-        running = len(choices)
+        running = len(reply.choices)
         while running:
             choice, item = await queue.get()
             if isinstance(item, Exception):

@@ -1,6 +1,11 @@
 """Generations in flight, for every endpoint family that generates (chat completions, responses, completions): the
 client's blocking stream of deltas read on a thread of its own and handed to the event loop, cancelled as soon as
-the requester leaves or the server stops, and counted in the server's metrics once it ends."""
+the requester leaves or the server stops, and counted in the server's metrics once it ends.
+
+Engine time is shared out here: at most `max_running` generations run (each with its thread) at once, server-wide,
+and a request that fans out (a completion with many prompts) passes a `share` that bounds how many of its own run
+together. Those beyond wait on the event loop, in arrival order and without a thread, so that one request's 400
+prompts cannot queue ahead of every other client in the engine."""
 
 from __future__ import annotations
 
@@ -96,13 +101,26 @@ class InFlight:
         return self.pump.cancel.is_set()
 
 
+async def _acquire(semaphore: asyncio.Semaphore, request: Request) -> None:
+    """Take a slot of `semaphore`, looking now and then whether the client is still there (499 if it left)."""
+    while True:
+        try:
+            async with asyncio.timeout(10 * DISCONNECT_POLL_S):
+                await semaphore.acquire()
+            return
+        except TimeoutError:
+            if await request.is_disconnected():
+                raise APIError(499, "The client closed the request.", kind="client_closed_request") from None
+
+
 class Generations:
     """Every generation this server runs, whichever endpoint started it: each is tracked until it stops, so that
     shutting down can cancel them all, and recorded in the metrics when it ends."""
 
-    def __init__(self, holder: ModelHolder, metrics: ServerMetrics) -> None:
+    def __init__(self, holder: ModelHolder, metrics: ServerMetrics, max_running: int = 64) -> None:
         self.holder, self.metrics = holder, metrics
         self._in_flight: set[InFlight] = set()
+        self._running = asyncio.Semaphore(max_running)  # bound to the server's event loop at its first use
 
     def client_for(self, model: str) -> Client:
         """The loaded client, when `model` names it: 503 while it loads, 404 for another model."""
@@ -112,13 +130,35 @@ class Generations:
                                 f"{self.holder.served_name!r}.", param="model", code="model_not_found")
         return client
 
-    async def start(self, request: Request,
-                    stream: Callable[[threading.Event], Iterator[Delta]]) -> tuple[InFlight, Delta | None]:
+    async def start(self, request: Request, stream: Callable[[threading.Event], Iterator[Delta]],
+                    share: asyncio.Semaphore | None = None) -> tuple[InFlight, Delta | None]:
         """Start `stream(cancel)` on a thread; the generation and its first delta (None: it ended at once). A
-        request that cannot be served raises here, as an HTTP error rather than a broken stream."""
+        request that cannot be served raises here, as an HTTP error rather than a broken stream. It first waits for a
+        free slot of `share` (the request's own bound, if any), then of the server's; each is released once the
+        generation has stopped. A client that leaves while it waits gets a 499."""
+        held: list[asyncio.Semaphore] = []
+        try:
+            for semaphore in (share, self._running):
+                if semaphore is not None:
+                    await _acquire(semaphore, request)
+                    held.append(semaphore)
+        except BaseException:
+            for semaphore in held:
+                semaphore.release()
+            raise
+        loop = asyncio.get_running_loop()
+
+        def ended() -> None:  # on the generation's thread, once it has stopped
+            self.metrics.in_progress.dec()
+            for semaphore in held:
+                try:
+                    loop.call_soon_threadsafe(semaphore.release)
+                except RuntimeError:  # the event loop is gone: nobody waits any more
+                    pass
+
         cancel = threading.Event()
         self.metrics.in_progress.inc()  # down again once the generation has stopped (DeltaPump's on_end)
-        flight = InFlight(DeltaPump(stream(cancel), cancel, self.metrics.in_progress.dec))
+        flight = InFlight(DeltaPump(stream(cancel), cancel, ended))
         flight.watch(request)
         self._in_flight.add(flight)
         try:
