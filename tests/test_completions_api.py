@@ -187,7 +187,7 @@ def test_a_client_that_disconnects_cancels_every_generation(api):
 
 
 def test_the_openapi_document_describes_the_endpoint(api):
-    operation = httpx.get(f"{api}/openapi.json").json()["paths"]["/v1/completions"]["post"]
+    operation = httpx.get(f"{api}/openapi.json", headers=HEADERS).json()["paths"]["/v1/completions"]["post"]
     answers = operation["responses"]
     assert answers["200"]["content"]["application/json"]["schema"]["$ref"].endswith("/Completion")
     assert "text/event-stream" in answers["200"]["content"]
@@ -369,3 +369,19 @@ def test_a_client_that_leaves_stops_its_waiting_prompts_too():
             time.sleep(0.05)
         time.sleep(0.5)
         assert not engine.running and len(engine.finished) == 2
+
+
+def test_with_a_key_the_api_description_needs_it_and_health_and_metrics_stay_open():
+    """The finding: /docs and /openapi.json were open on a server with an API key. They describe every route and
+    limit, so they now need the key; /health and /metrics stay open for probes and Prometheus, and hold no
+    request's content."""
+    with serving(create_app(ServerSettings(api_key="secret-key"), client=ScriptedClient())) as base:
+        for path in ("/openapi.json", "/docs", "/redoc"):
+            refused = httpx.get(f"{base}{path}", timeout=60)
+            assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_api_key", path
+            assert httpx.get(f"{base}{path}", headers=HEADERS, timeout=60).status_code == 200, path
+        assert httpx.get(f"{base}/metrics").status_code == 200 and "secret-key" not in httpx.get(
+            f"{base}/metrics").text
+        assert httpx.get(f"{base}/health").status_code == 200
+    with serving(create_app(ServerSettings(), client=ScriptedClient())) as base:  # no key: all open, as before
+        assert httpx.get(f"{base}/openapi.json", timeout=60).status_code == 200

@@ -242,7 +242,7 @@ def test_an_unknown_model_is_a_404(sdk):
 
 
 def test_the_endpoints_are_documented(api):
-    paths = httpx.get(f"{api}/openapi.json").json()["paths"]
+    paths = httpx.get(f"{api}/openapi.json", headers={"Authorization": "Bearer secret-key"}).json()["paths"]
     assert {"post"} <= set(paths["/v1/responses"]) and {"get", "delete"} <= set(paths["/v1/responses/{response_id}"])
     assert "get" in paths["/v1/responses/{response_id}/input_items"]
 

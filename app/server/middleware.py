@@ -15,6 +15,11 @@ from app.server.metrics import ServerMetrics
 from app.server.protocol import error_response
 
 MAX_TEXT_BODY_BYTES = 4 * 1024 * 1024  # a request's JSON besides its images
+# What a server with an API key asks the key for: the API, and its description (which tells a stranger every route,
+# limit and extension). /health and /metrics stay open for probes and Prometheus' scraper, which carry no key by
+# default: they hold the model's name and counters, no request's content and no key.
+KEYED_PREFIX = "/v1/"
+KEYED_PATHS = frozenset({"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
 
 
 def max_body_bytes() -> int:
@@ -74,8 +79,9 @@ class BodySizeLimit:
 
 
 class KeyCheckAndCount:
-    """401 for /v1/ requests without the API key (when the server has one); counts every answer by route and
-    status. Inside the CORS middleware, so that a browser's preflight is answered before any key is asked for."""
+    """401 for /v1/ requests, and for the API's description (/openapi.json, /docs, /redoc), without the API key
+    (when the server has one); counts every answer by route and status. Inside the CORS middleware, so that a
+    browser's preflight is answered before any key is asked for."""
 
     def __init__(self, app: ASGIApp, api_key: str | None, metrics: ServerMetrics) -> None:
         self.app, self.api_key, self.metrics = app, api_key, metrics
@@ -104,7 +110,8 @@ class KeyCheckAndCount:
             self.metrics.requests.labels(getattr(route, "path", "unmatched"), str(status)).inc()
 
     def _authorized(self, scope: Scope) -> bool:
-        if not self.api_key or not scope["path"].startswith("/v1/"):
+        path = scope["path"]
+        if not self.api_key or not (path.startswith(KEYED_PREFIX) or path in KEYED_PATHS):
             return True
         given = Headers(scope=scope).get("authorization", "")
         return secrets.compare_digest(given.encode(), f"Bearer {self.api_key}".encode())
