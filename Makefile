@@ -80,12 +80,17 @@ run: setup
 	@echo "Starting the demo on http://$(HOST):$(PORT) (Ctrl+C stops it)"
 	@$(VENV)/bin/streamlit run app/web.py --server.address $(HOST) --server.port $(PORT)
 
-# The OpenAI-compatible API: 127.0.0.1:8000 unless HOST / PORT say otherwise (BACKEND, MODEL and API_KEY too).
+# The OpenAI-compatible API: 127.0.0.1:8000 unless HOST / PORT say otherwise (BACKEND and MODEL too). A key, if any:
+# API_KEY_FILE=path, or DEMO_SERVER_API_KEY (or API_KEY) from the environment; never API_KEY=... on make's command
+# line, which every user of the machine reads (ps).
 API_PORT := $(if $(filter command line environment,$(origin PORT)),$(PORT),8000)
+serve: export DEMO_SERVER_API_KEY := $(or $(API_KEY),$(DEMO_SERVER_API_KEY))
 serve: setup
+	$(if $(filter command line,$(origin API_KEY)),$(error API_KEY=... on the command line shows the key to every \
+	  user of this machine (ps): export DEMO_SERVER_API_KEY or give API_KEY_FILE=path))
 	@$(if $(BACKEND),,$(PY) -m app.clients.llamacpp.probe $(MODEL))
 	@$(PY) -m app.server --host $(HOST) --port $(API_PORT) $(if $(BACKEND),--backend $(BACKEND)) \
-	  $(if $(MODEL),--model $(MODEL)) $(if $(API_KEY),--api-key $(API_KEY))
+	  $(if $(MODEL),--model $(MODEL)) $(if $(API_KEY_FILE),--api-key-file $(API_KEY_FILE))
 
 # The app's tools as an MCP server: over stdio for a client that starts it, or with HTTP=1 as Streamable HTTP on
 # 127.0.0.1:8765/mcp unless HOST / PORT say otherwise. Over HTTP clients need its key: API_KEY_FILE=path, else

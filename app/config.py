@@ -24,6 +24,22 @@ def state_dir() -> Path:
     return Path(base).expanduser() / "composite-demo"
 
 
+def read_key_file(path: Path, what: str = "the key file") -> str:
+    """A secret kept in a file (an API key: never on a command line, which every user of the machine can read).
+    ValueError saying what is wrong with it; a warning on stderr when other users can read the file."""
+    import stat
+
+    try:
+        key = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"Cannot read {what} {path}: {exc}.") from None
+    if not key:
+        raise ValueError(f"{what.capitalize()} {path} is empty: write the key in it.")
+    if path.stat().st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        print(f"Warning: {what} {path} can be read by other users of this machine: chmod 600 it.", file=sys.stderr)
+    return key
+
+
 def sessions_dir() -> Path:
     """Where each browser session's Python folder is made; DEMO_SESSIONS_DIR overrides the system temp folder."""
     return Path(os.environ.get("DEMO_SESSIONS_DIR") or Path(tempfile.gettempdir()) / "composite-demo-sessions")

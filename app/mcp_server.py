@@ -39,7 +39,6 @@ import json
 import os
 import secrets
 import signal
-import stat
 import sys
 import threading
 from collections.abc import Iterable, Mapping
@@ -62,7 +61,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.config import HTTPTimeouts, McpSettings, state_dir
+from app.config import HTTPTimeouts, McpSettings, read_key_file, state_dir
 from app.http_timeouts import uvicorn_options
 from app.media import ImageError, sniff_mime
 from app.tools import load_tools
@@ -211,14 +210,9 @@ def server_key_file() -> Path:
 
 def _read_key(path: Path, what: str) -> str:
     try:
-        key = path.read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise KeyProblem(f"Cannot read {what} {path}: {exc}.") from None
-    if not key:
-        raise KeyProblem(f"{what.capitalize()} {path} is empty: write the key in it.")
-    if path.stat().st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        print(f"Warning: {what} {path} can be read by other users of this machine: chmod 600 it.", file=sys.stderr)
-    return key
+        return read_key_file(path, what)
+    except ValueError as exc:
+        raise KeyProblem(str(exc)) from None
 
 
 def api_key(key_file: str | None, from_env: str) -> str:

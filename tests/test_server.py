@@ -341,3 +341,21 @@ def test_the_command_line_overrides_the_environments_settings(monkeypatch):
     assert (settings.limits.max_messages, settings.limits.max_chars) == (7, 500)
     given = command_line_settings(["--api-key", "given", "--cors-origins", ""])
     assert (given.api_key, given.cors_origins) == ("given", ())
+
+
+def test_the_key_comes_from_a_file_and_a_command_line_key_is_warned_about(tmp_path, capsys):
+    """A key on the command line is readable by every user of the machine (ps): it still works, as vLLM's flag
+    does, with a warning; a key file is read instead, and an empty one is refused saying so."""
+    from app.server.api import command_line_settings
+
+    key_file = tmp_path / "key"
+    key_file.write_text("from-file\n")
+    key_file.chmod(0o600)
+    assert command_line_settings(["--api-key-file", str(key_file)]).api_key == "from-file"
+    assert "Warning" not in capsys.readouterr().err
+    assert command_line_settings(["--api-key", "given"]).api_key == "given"
+    assert "shows the key to every user" in capsys.readouterr().err
+    key_file.write_text("")
+    with pytest.raises(SystemExit):
+        command_line_settings(["--api-key-file", str(key_file)])
+    assert "is empty" in capsys.readouterr().err

@@ -16,9 +16,11 @@ OpenAI's error shape without server internals (app/server/errors.py).
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
+from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
@@ -26,7 +28,7 @@ from openai.types import Model
 
 from app.clients.base import Client
 from app.clients.choice import default_backend
-from app.config import HTTPTimeouts, ServerSettings, comma_list, offline_by_default
+from app.config import HTTPTimeouts, ServerSettings, comma_list, offline_by_default, read_key_file
 from app.http_timeouts import uvicorn_options
 from app.server.chat_completions import ChatCompletions
 from app.server.completions import Completions
@@ -106,8 +108,11 @@ def command_line_settings(argv: list[str] | None = None) -> ServerSettings:
                         help="the model id clients use (default: folder name)")
     parser.add_argument("--host", default=env.host)
     parser.add_argument("--port", type=int, default=env.port)
-    parser.add_argument("--api-key", default=env.api_key,
-                        help="require this key as a Bearer token (env DEMO_SERVER_API_KEY)")
+    parser.add_argument("--api-key", default=None,
+                        help="require this key as a Bearer token; prefer DEMO_SERVER_API_KEY or --api-key-file: a "
+                             "command line can be read by every user of the machine (ps)")
+    parser.add_argument("--api-key-file", metavar="PATH",
+                        help="require the key this file holds as a Bearer token (chmod 600 it)")
     parser.add_argument("--cors-origins", default=",".join(env.cors_origins),
                         help="comma-separated browser origins allowed to call the API (default: none)")
     parser.add_argument("--max-messages", type=int, default=env.limits.max_messages,
@@ -116,9 +121,19 @@ def command_line_settings(argv: list[str] | None = None) -> ServerSettings:
                         help="most characters of text in one request's messages (env DEMO_SERVER_MAX_CHARS, "
                              "default: %(default)s)")
     args = parser.parse_args(argv)
+    api_key = env.api_key
+    if args.api_key_file:
+        try:
+            api_key = read_key_file(Path(args.api_key_file).expanduser())
+        except ValueError as exc:
+            parser.error(str(exc))
+    elif args.api_key is not None:
+        print("Warning: --api-key shows the key to every user of this machine (ps, /proc/PID/cmdline); set "
+              "DEMO_SERVER_API_KEY or give --api-key-file instead.", file=sys.stderr)
+        api_key = args.api_key
     backend = args.backend or default_backend(args.model)
     return replace(env, model=replace(env.model, backend=backend, model_path=args.model),
-                   served_name=args.served_model_name, host=args.host, port=args.port, api_key=args.api_key,
+                   served_name=args.served_model_name, host=args.host, port=args.port, api_key=api_key or None,
                    cors_origins=comma_list(args.cors_origins),
                    limits=replace(env.limits, max_messages=args.max_messages, max_chars=args.max_chars))
 
