@@ -8,10 +8,13 @@ the same on a real engine: two targets on one loaded model, decoded together by 
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import closing
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,7 @@ import pytest
 from app.agent import AnswerDone, Decision, TextDelta, ToolSettings, TurnDone, TurnError
 from app.clients.base import ClientError, Delta, GenerationParams
 from app.compare.clients import ClientPool
+from app.compare.memory import check_fit
 from app.compare.runner import RunFinished, run_all, start_comparison
 from app.compare.targets import Target, TargetsError
 from app.config import ModelSettings
@@ -287,6 +291,68 @@ def test_a_failed_load_is_not_kept():
     with pytest.raises(ClientError):
         pool.get(settings("x"))
     assert isinstance(pool.get(settings("x")), ScriptedClient) and len(attempts) == 2
+
+
+def test_one_model_spelled_five_ways_is_loaded_once(tiny_model_dir, tmp_path):
+    """/x/model, /x/model/, /x/./model, /x/y/../model and a symbolic link name one model: one engine, not five."""
+    link = tmp_path / "link-to-model"
+    link.symlink_to(tiny_model_dir, target_is_directory=True)
+    folder, parent, name = str(tiny_model_dir), tiny_model_dir.parent, tiny_model_dir.name
+    spellings = [folder, folder + "/", f"{parent}/./{name}", f"{parent}/{name}/../{name}", str(link)]
+    pool = ClientPool()
+    try:
+        targets = [Target(f"t{n}", ModelSettings(model_path=path, device="cpu", dtype="float32"),
+                          GenerationParams(max_new_tokens=4)) for n, path in enumerate(spellings[:4])]
+        results = run_all(targets, question(), pool.get, timeout_s=120)
+        assert [r.error for r in results] == [None] * 4
+        assert pool.get(ModelSettings(model_path=spellings[4], device="cpu", dtype="float32")) is \
+            next(iter(pool.loaded().values()))
+        assert [s.model_path for s in pool.loaded()] == [os.path.realpath(tiny_model_dir)]
+        assert pool.unload(ModelSettings(model_path=str(link), device="cpu", dtype="float32"))
+        assert pool.loaded() == {}
+    finally:
+        pool.close()
+
+
+def sparse_model(folder: Path, size: int) -> ModelSettings:
+    """A model folder whose float16 weights take `size` bytes on paper and none on disk."""
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama", "torch_dtype": "float16"}))
+    with open(folder / "model.safetensors", "wb") as weights:
+        weights.truncate(size)
+    return ModelSettings(model_path=str(folder), device="cpu", dtype="float16")
+
+
+def test_the_pool_counts_what_it_holds_and_what_loads_not_just_what_is_free(tmp_path):
+    """Free memory that does not fall as models load (a mapped file; a model still loading; another tab sending at
+    the same moment) let every send take 90% of it again. The pool checks each model against the estimates of the
+    models it holds or is loading: on a 4 GB machine (80%: 3.2 GB for models) two 1.2 GB models, not a third."""
+    GB = 10**9
+    fits = partial(check_fit, free=lambda place: 3 * GB if place == "RAM" else None,
+                   total=lambda place: 4 * GB if place == "RAM" else None)
+    first, second, third = (sparse_model(tmp_path / name, GB) for name in ("first", "second", "third"))
+    loading, release = threading.Event(), threading.Event()
+
+    def factory(wanted: ModelSettings) -> ScriptedClient:
+        if wanted.model_path.endswith("second"):
+            loading.set()
+            release.wait(10)
+        return ScriptedClient()
+
+    pool = ClientPool(factory, fits=lambda wanted, held: fits([wanted], held))
+    pool.get(first)
+    second_loads = threading.Thread(target=pool.get, args=(second,))
+    second_loads.start()
+    assert loading.wait(10)
+    with pytest.raises(ClientError, match=r"1.2 GB of RAM on top of the 2.4 GB .*at most 80% of the 4.0 GB RAM"):
+        pool.get(third)  # the second is still loading: its memory is spoken for
+    release.set()
+    second_loads.join(10)
+    assert len(pool.loaded()) == 2
+    with pytest.raises(ClientError, match="Unload a model"):
+        pool.get(third)
+    assert pool.unload(first)
+    assert pool.get(third) is not None and len(pool.loaded()) == 2
 
 
 # ----- on a real engine: the tiny random model, two targets on one loaded model --------------------------------------

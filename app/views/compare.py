@@ -9,6 +9,7 @@ import streamlit as st
 from app.agent import Decision, ToolSettings
 from app.attachments import ATTACHMENT_TYPES
 from app.chat_format import ImagePolicy
+from app.compare.clients import model_identity
 from app.compare.runner import start_comparison
 from app.compare.targets import TargetsError
 from app.media import ImageError
@@ -46,7 +47,8 @@ with sidebar.page_section():
 if not compare.running and problem is None:  # a target being fixed leaves the panes as they are
     compare.match(chosen)
 
-shared = load_client(side.model) if any(t.settings == side.model for t in chosen) else None
+shared = load_client(side.model) if any(model_identity(t.settings) == model_identity(side.model) for t in chosen) \
+    else None
 with sidebar.status_section():
     model_status.render(shared)
 engines = models.ModelsFor(side.model, shared)

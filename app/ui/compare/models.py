@@ -1,8 +1,10 @@
 """The models the Compare page answers with. A target on the model picker's settings shares the client every page
 uses (app/ui/client_cache.py); any other target's model is loaded into the page's own pool, one per process like
-that client, so that two tabs comparing the same models load them once. Before a model is loaded its memory is
-checked (app/compare/memory.py): a target that would not fit is refused with the figures, never loaded until the
-machine swaps. The sidebar lists what is loaded, with its estimated memory and an Unload button."""
+that client, so that two tabs comparing the same models load them once (a model is one however its folder is
+spelled: app/compare/clients.py's model_identity). Before a model is loaded its memory is checked against what is
+loaded already (app/compare/memory.py), at the send and again by the pool as it loads: a target that would not fit
+is refused with the figures, never loaded until the machine swaps. The sidebar lists what is loaded, with its
+estimated memory and an Unload button."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from collections.abc import Sequence
 import streamlit as st
 
 from app.clients.base import Client, ClientError
-from app.compare.clients import ClientPool
+from app.compare.clients import ClientPool, model_identity
 from app.compare.memory import DoesNotFit, check_fit, describe_bytes, free_bytes, need_for
 from app.compare.targets import Target
 from app.config import ModelSettings
@@ -40,24 +42,30 @@ class ModelsFor:
         self.shared = shared
         self.pool = pool()
 
+    def is_shared(self, settings: ModelSettings) -> bool:
+        """Whether `settings` name the picker's model (its folder spelled any way)."""
+        return model_identity(settings) == model_identity(self.shared_settings)
+
     def __call__(self, settings: ModelSettings) -> Client:
-        if settings == self.shared_settings:
+        if self.is_shared(settings):
             if self.shared is None:
                 raise ClientError("the model picker's model did not load (the page says why above)")
             return self.shared
-        return self.pool.get(settings)
+        shared = [self.shared_settings] if is_shared_loaded(self.shared_settings) else []
+        return self.pool.get(settings, held_elsewhere=shared)  # the pool checks its memory beside the picker's
 
     def loaded(self) -> set[ModelSettings]:
+        """The models loaded, by identity (model_identity): the pool's and the picker's."""
         loaded = set(self.pool.loaded())
         if is_shared_loaded(self.shared_settings):
-            loaded.add(self.shared_settings)
+            loaded.add(model_identity(self.shared_settings))
         return loaded
 
 
 def check_memory(targets: Sequence[Target], models: ModelsFor) -> str | None:
     """Why these targets cannot all be loaded (the figures: what they need, what is free), or None when they fit."""
     try:
-        check_fit([target.settings for target in targets], models.loaded())
+        check_fit([model_identity(target.settings) for target in targets], models.loaded())
     except DoesNotFit as exc:
         return str(exc)
     return None
