@@ -243,7 +243,7 @@ def test_ram_and_gpu_are_counted_apart(tmp_path, monkeypatch):
     with_cuda(monkeypatch)
     folder = model_dir(tmp_path, "float16", {"model.safetensors": 500 * MB})
     on_gpu = hf(folder, device="cuda")
-    needs = check_fit([hf(folder), on_gpu], [], free=machine(ram=1000 * MB, gpu=1000 * MB))
+    needs = check_fit([hf(folder), on_gpu], [], free=machine(ram=1000 * MB, gpu=1000 * MB), total=machine())
     assert [need.where for need in needs] == ["RAM", "GPU"]
     with pytest.raises(DoesNotFit, match="of GPU") as refused:
         check_fit([hf(folder), on_gpu], [], free=machine(ram=1000 * MB, gpu=100 * MB), total=machine())

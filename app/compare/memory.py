@@ -26,6 +26,7 @@ Place = Literal["RAM", "GPU"]
 Where = Literal["RAM", "GPU", "remote"]
 AskMachine = Callable[[Place], int | None]
 
+POOL_SHARE = 0.8  # the most of a place's total memory the models loaded for comparing may hold together
 HF_OVERHEAD = 1.2  # buffers, the tokenizer, activations of a first batch on top of the weights
 GGUF_OVERHEAD = 1.1  # llama.cpp maps the file; compute buffers come on top
 _GiB = 2**30
@@ -297,10 +298,13 @@ def _dtype_factor(config: dict[str, Any], stored: str | None, loaded: str) -> tu
 # ----- the check ------------------------------------------------------------------------------------------------
 
 def check_fit(wanted: Iterable[ModelSettings], loaded: Collection[ModelSettings], free: AskMachine = free_bytes,
-              headroom: float = 0.9, total: AskMachine = total_bytes) -> list[MemoryNeed]:
+              headroom: float = 0.9, total: AskMachine = total_bytes, share: float = POOL_SHARE) -> list[MemoryNeed]:
     """The needs of the wanted models not loaded yet, each distinct one once (targets on equal settings share one
-    engine). Raises DoesNotFit where their sum in one place (RAM, GPU) exceeds `headroom` × what is free there: the
-    rest is left for the OS, the page and the answers' caches. Remote models and unknown figures never refuse."""
+    engine). Raises DoesNotFit where, in one place (RAM, GPU), their sum exceeds `headroom` × what is free there
+    (the rest is left for the OS, the page and the answers' caches), or where it and the estimates of the `loaded`
+    models (those held already, or loading) exceed `share` × the place's total: free memory alone lets each send
+    take 90% of what the last one left, and a mapped GGUF file, or a model still loading, does not show in it yet.
+    Remote models and unknown figures never refuse."""
     needs: list[MemoryNeed] = []
     seen: set[ModelSettings] = set()
     for settings in wanted:
@@ -315,11 +319,28 @@ def check_fit(wanted: Iterable[ModelSettings], loaded: Collection[ModelSettings]
         if not here:
             continue
         available = free(place)
-        if available is None or needed <= headroom * available:
+        if available is not None and needed > headroom * available:
+            raise DoesNotFit(_refusal(here, place, needed, available, headroom, total(place)),
+                             place, here, needed, available)
+        machine = total(place)
+        if machine is None:
             continue
-        raise DoesNotFit(_refusal(here, place, needed, available, headroom, total(place)),
-                         place, here, needed, available)
+        held = [need for need in (need_for(settings, total) for settings in loaded) if need.where == place]
+        held_bytes = sum(need.bytes or 0 for need in held)
+        if held_bytes + needed > share * machine:
+            raise DoesNotFit(_over_budget(here, held, place, needed, held_bytes, share, machine), place, here,
+                             needed, available if available is not None else machine)
     return needs
+
+
+def _over_budget(needs: list[MemoryNeed], held: list[MemoryNeed], place: Place, needed: int, held_bytes: int,
+                 share: float, machine: int) -> str:
+    names = ", ".join(need.model for need in needs)
+    holding = ", ".join(need.model for need in held if need.bytes)
+    return (f"{names} would need about {describe_bytes(needed)} of {place} on top of the "
+            f"{describe_bytes(held_bytes)} the loaded models hold ({holding or 'none'}); models loaded for comparing "
+            f"may take at most {share:.0%} of the {describe_bytes(machine)} {place} together. Unload a model in the "
+            "sidebar or pick a smaller one.")
 
 
 def _refusal(needs: list[MemoryNeed], place: Place, needed: int, free: int, headroom: float,
