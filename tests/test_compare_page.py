@@ -144,6 +144,32 @@ def test_calls_that_wait_for_approval_are_decided_per_pane(app, database):
     assert len(cards) == 2 and "declined" not in cards[0] and cards[1].startswith("count_words · declined")
 
 
+def test_run_is_decided_by_the_tools_policy_at_the_click_not_at_the_turns_start(app, database):
+    """A call waits (count_words set to Ask); the user then sets count_words to Never: Run refuses it, nothing runs,
+    and the call can still be denied."""
+    app.toggle(key="settings.compare.tools").set_value(True).run()
+    for slot in range(2):
+        app.selectbox(key=f"settings.compare.target{slot}.tool_choice").set_value("count_words")
+        app.number_input(key=f"settings.compare.target{slot}.max_new_tokens").set_value(60)  # a whole call
+        app.number_input(key=f"settings.compare.target{slot}.temperature").set_value(0.0)
+    app.toggle(key="settings.compare.blind").set_value(False).run()
+    send(app, "Count the words of this sentence")
+    assert "compare_run/0" in {b.key for b in app.button}
+    app.selectbox(key=f"_run_policy/{PAGE}/count_words").set_value("never").run()
+    app.button(key="compare_run/0").click().run()
+    assert not app.exception
+    assert any("count_words is set never to run" in w.value for w in app.warning), [w.value for w in app.warning]
+    assert not [card for bubble in app.chat_message for card in bubble.status]  # no call ran
+    assert {"compare_run/0", "compare_deny/0"} <= {b.key for b in app.button}  # still waiting
+    app.toggle(key="settings.compare.tools").set_value(False).run()  # tools off altogether: refused too
+    app.button(key="compare_run/0").click().run()
+    assert any("count_words is not switched on now" in w.value for w in app.warning)
+    app.button(key="compare_deny/0").click().run()
+    assert not app.exception
+    cards = [card.label for bubble in app.chat_message for card in bubble.status]
+    assert len(cards) == 1 and cards[0].startswith("count_words · declined")
+
+
 def test_a_target_that_would_not_fit_in_memory_is_refused_with_the_figures(app, tmp_path: Path):
     huge = tmp_path / "huge-model"
     huge.mkdir()

@@ -445,11 +445,11 @@ def test_a_pane_whose_calls_waited_goes_on_alone_once_decided():
     waiting = [run.waiting for run in comparison.runs]
     assert [len(calls) for calls in waiting] == [1, 1]
     with pytest.raises(ValueError, match="no waiting tool call"):  # refused at once, nothing runs
-        comparison.resume(0, {"nope": Decision("run")}, client_for)
+        comparison.resume(0, {"nope": Decision("run")}, client_for, asks_first())
     with pytest.raises(ValueError, match="needs a decision"):
-        comparison.resume(0, {}, client_for)
+        comparison.resume(0, {}, client_for, asks_first())
 
-    comparison.resume(0, {waiting[0][0].id: Decision("run")}, client_for)
+    comparison.resume(0, {waiting[0][0].id: Decision("run")}, client_for, asks_first())
     assert comparison.wait(10)
     done, still = comparison.runs
     assert [m.role for m in done.conversation.messages] == ["user", "assistant", "tool", "assistant"]
@@ -457,7 +457,7 @@ def test_a_pane_whose_calls_waited_goes_on_alone_once_decided():
     assert [(c.status, c.result) for c in done.result.calls] == [("ok", "2 words, 7 characters")]
     assert still.waiting == waiting[1] and still.result.calls[0].status == "waiting"  # untouched
 
-    comparison.resume(1, {waiting[1][0].id: Decision("deny", reason="not now")}, client_for)
+    comparison.resume(1, {waiting[1][0].id: Decision("deny", reason="not now")}, client_for, asks_first())
     assert comparison.wait(10)
     assert comparison.runs[1].result.calls[0].status == "denied"
     assert comparison.runs[1].conversation.messages[2].content == "The user declined to run this call: not now"

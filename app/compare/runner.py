@@ -93,10 +93,13 @@ class TargetRun:
         self._decisions = decisions
         self._finished = threading.Event()
         self._problem: str | None = None  # why the target cannot run at all
-        try:
-            self._tools = tools_for(target, tools)
-        except ValueError as exc:
-            self._tools, self._problem = tools, str(exc)
+        if decisions is not None:  # a resumed turn: `tools` are Comparison.resume's, the choice applied already
+            self._tools = tools
+        else:
+            try:
+                self._tools = tools_for(target, tools)
+            except ValueError as exc:
+                self._tools, self._problem = tools, str(exc)
         if collector is None:
             collector = ResultCollector(target.label, self._tools.offered if self._tools is not None else None)
         else:
@@ -240,21 +243,37 @@ class Comparison:
     def results(self) -> list[TargetResult]:
         return [run.result for run in self.runs]
 
-    def resume(self, index: int, decisions: dict[str, Decision], client_for: ClientFor,
+    def resume(self, index: int, decisions: dict[str, Decision], client_for: ClientFor, tools: ToolSettings | None,
                images: ImagePolicy | None = None) -> TargetRun:
         """Go on with target `index`'s turn, whose calls waited for approval, as `decisions` says (run or deny, by
-        call id), on a new thread; the other targets are untouched. ValueError (before anything runs) when its turn
-        is still going, or the decisions do not fit the waiting calls (resume_turn's checks)."""
+        call id), on a new thread; the other targets are untouched. `tools`: the page's tool settings as they are
+        now, at the user's click, not as they were when the turn began: a call whose tool has been set to Never
+        since, or switched off, is refused. ValueError (before anything runs) when its turn is still going, or the
+        decisions do not fit the waiting calls or the tools' current policies (resume_turn's checks)."""
         previous = self.runs[index]
         if not previous.done:
             raise ValueError(f"{previous.target.label!r} is still answering")
-        tools = previous.tools or ToolSettings(ToolRegistry())
-        check_decisions(previous.conversation, tools, decisions)  # refused here, not later on the thread
-        run = TargetRun(index, previous.target, previous.conversation, client_for, tools, images, self._signal,
+        current = _current_tools(previous.target, tools)
+        for call in previous.waiting:
+            decision = decisions.get(call.id)
+            if decision is not None and decision.action == "run" and call.name not in current.registry:
+                raise ValueError(f"{call.name} is not switched on now: deny the call, or switch the tool on first")
+        check_decisions(previous.conversation, current, decisions)  # refused here, not later on the thread
+        run = TargetRun(index, previous.target, previous.conversation, client_for, current, images, self._signal,
                         dict(decisions), previous.collector)
         self.runs[index] = run
         run.start()
         return run
+
+
+def _current_tools(target: Target, tools: ToolSettings | None) -> ToolSettings:
+    """The tool settings a resumed turn goes on with: the current ones, with the target's tool choice where it can
+    still be honoured (it matters for a turn's first generation only, which is past)."""
+    try:
+        chosen = tools_for(target, tools)
+    except ValueError:
+        chosen = tools
+    return chosen if chosen is not None else ToolSettings(ToolRegistry())
 
 
 def start_comparison(targets: Sequence[Target], conversation: Conversation | Sequence[Conversation],

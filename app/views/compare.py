@@ -21,10 +21,12 @@ from app.ui.safe_markdown import safe_markdown
 
 PAGE = "compare"
 _NOTICE = "_compare_notice"
+_DECIDED = "_compare_decided"  # a pane's Run or Deny, clicked: (pane index, decisions)
 
 handoff.switch_if_asked()  # a pane's "Continue" was clicked: its conversation opens on its page
 side = sidebar.current()
 compare = session.current()
+busy = compare.running or _DECIDED in st.session_state  # a turn runs, or a Run/Deny resumes one below
 
 st.title("Compare")
 st.caption("One message to every target at once: their answers stream side by side, each with its own Stop and "
@@ -34,17 +36,17 @@ with sidebar.page_section():
     st.subheader("Compare")
     st.session_state.setdefault("settings.compare.blind", True)
     st.session_state.setdefault("settings.compare.tools", False)
-    blind = st.toggle("Blind vote", key="settings.compare.blind", disabled=compare.running,
+    blind = st.toggle("Blind vote", key="settings.compare.blind", disabled=busy,
                       help="Panes are labelled A, B... in a random order until you vote; then they say who is who.")
-    use_tools = st.toggle("Tools", key="settings.compare.tools", disabled=compare.running,
+    use_tools = st.toggle("Tools", key="settings.compare.tools", disabled=busy,
                           help="Every target may call the tools switched on below, each running its own tool loop.")
     st.caption("Each target has its own sampling and system prompt below; the Generation settings above are the "
                "other pages'.")
 tools: ToolSettings | None = tool_settings.render(None, PAGE) if use_tools else None
 with sidebar.page_section():
     st.markdown("**Targets**")
-    chosen, problem = targets.render(side.model, tools.registry.names if tools is not None else [], compare.running)
-if not compare.running and problem is None:  # a target being fixed leaves the panes as they are
+    chosen, problem = targets.render(side.model, tools.registry.names if tools is not None else [], busy)
+if not busy and problem is None:  # a target being fixed leaves the panes as they are
     compare.match(chosen)
 
 shared = load_client(side.model) if any(model_identity(t.settings) == model_identity(side.model) for t in chosen) \
@@ -53,7 +55,7 @@ with sidebar.status_section():
     model_status.render(shared)
 engines = models.ModelsFor(side.model, shared)
 with sidebar.page_section():
-    models.render_loaded(engines, busy=compare.running)
+    models.render_loaded(engines, busy=busy)
 
 images = ImagePolicy(see=True)
 
@@ -64,14 +66,19 @@ def _stop(index: int) -> None:
 
 
 def _decide(index: int, decisions: dict[str, Decision]) -> None:
-    if compare.comparison is None:
-        return
+    # Taken below, once this run has read the tool settings: a decision is checked against the policies as they
+    # are at the click (a tool set to Never since the turn began is refused), never against the turn's old ones.
+    st.session_state[_DECIDED] = (index, decisions)
+
+
+if (decided := st.session_state.pop(_DECIDED, None)) is not None and compare.comparison is not None:
     try:
-        compare.comparison.resume(index, decisions, engines, images)
+        compare.comparison.resume(decided[0], decided[1], engines, tools, images)
     except ValueError as exc:
         st.session_state[_NOTICE] = f"Nothing ran: {exc}."
-        return
-    compare.resumed(index)
+        st.rerun()  # drawn again with the sidebar enabled (it was drawn busy above, for the resume)
+    else:
+        compare.resumed(decided[0])
 
 
 submitted = st.chat_input("Send to every target...", key="compare_input", accept_file="multiple",
