@@ -308,6 +308,28 @@ def test_two_targets_stream_at_once_and_stop_in_one_leaves_the_other(compare_app
         assert games == {revealed["A"]: ("1", "1", "0"), revealed["B"]: ("1", "0", "1")}, rows
 
 
+def test_closing_a_tab_mid_answer_stops_its_targets_at_once(compare_app, browser):
+    """A tab closed while two targets write: the model is idle again within seconds, as when a Chat tab closes (it
+    went on writing both answers to their end, minutes on a CPU, for no one). A second tab watches the model's
+    status, which counts the answers it writes for every tab."""
+    with compare_page(browser, compare_app, "close-watcher") as watcher:
+        status = watcher.get_by_test_id("stCaptionContainer").filter(has_text="The model is").first
+        expect(status).to_contain_text("idle", timeout=30_000)
+        with compare_page(browser, compare_app, "close") as page:
+            for position in (1, 2):
+                section = target_section(page, position)
+                set_number(page, section, "Max new tokens", 2000)
+                set_number(page, section, "Seed", 20 + position)
+            send(page, STORY)
+            expect(status).to_contain_text("writing 2 answers", timeout=120_000)
+            time.sleep(2)  # well under way
+        closed = time.monotonic()  # compare_page closed the tab
+        expect(status).to_contain_text("idle", timeout=60_000)
+        after_close = time.monotonic() - closed
+        print(f"generation went on {after_close:.1f} s after the tab closed")
+        assert after_close < 10, after_close
+
+
 def test_a_target_on_the_api_backend_against_make_serve(compare_app_with_api, browser):
     with compare_page(browser, compare_app_with_api, "api") as page:
         assert target_labels(page) == ["Transformers in the app", "Via the API"]

@@ -1,7 +1,12 @@
 """This browser session's comparison: a pane per target with its own conversation (every pane gets the same user
 messages; the answers, tool calls and results are each pane's own), the turn that is running (its threads go on
 across the page's reruns: a Stop click reruns the page, which goes on drawing the same turn), what each pane's
-running turn has shown so far, and the blind order of the panes."""
+running turn has shown so far, and the blind order of the panes.
+
+The running turn lives as long as the browser session: when the tab closes, reloads or loses its connection, every
+target still answering is stopped at once (`current` binds the session to a session-scoped resource, which
+Streamlit releases then), as a closed tab stops the Chat page's answer. Without it the targets' threads, which do not
+belong to the page's script run, wrote their answers to the end for no one."""
 
 from __future__ import annotations
 
@@ -154,6 +159,11 @@ class CompareSession:
         self.panes[index].live = LivePane()
         self.collected = False
 
+    def stop(self) -> None:
+        """Stop every target still answering (the browser session is gone)."""
+        if self.comparison is not None:
+            self.comparison.close()
+
     def clear(self) -> None:
         """A new comparison: the panes' conversations emptied (the targets stay)."""
         if self.comparison is not None:
@@ -168,8 +178,26 @@ class CompareSession:
 
 
 def current() -> CompareSession:
+    """This browser session's comparison, stopped when the session ends."""
     if _KEY not in st.session_state:
         st.session_state[_KEY] = CompareSession()
-    return st.session_state[_KEY]
+    compare: CompareSession = st.session_state[_KEY]
+    _browser_session().compare = compare
+    return compare
 
 
+class _BrowserSession:
+    """Which CompareSession to stop when the browser session ends."""
+
+    compare: CompareSession | None = None
+
+    def end(self) -> None:
+        if self.compare is not None:
+            self.compare.stop()
+
+
+@st.cache_resource(scope="session", show_spinner=False, on_release=_BrowserSession.end)
+def _browser_session() -> _BrowserSession:
+    # One per browser session: Streamlit releases it when the session disconnects (a closed or reloaded tab) or
+    # ends, and on_release stops the session's running targets.
+    return _BrowserSession()
