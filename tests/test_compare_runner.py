@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from app.agent import AnswerDone, Decision, TextDelta, ToolSettings, TurnDone, TurnError
+from app.agent import AnswerDone, Decision, Notice, TextDelta, ToolSettings, TurnDone, TurnError
 from app.clients.base import ClientError, Delta, GenerationParams
 from app.compare.clients import ClientPool
 from app.compare.memory import check_fit
@@ -310,6 +310,39 @@ def test_one_model_spelled_five_ways_is_loaded_once(tiny_model_dir, tmp_path):
         assert [s.model_path for s in pool.loaded()] == [os.path.realpath(tiny_model_dir)]
         assert pool.unload(ModelSettings(model_path=str(link), device="cpu", dtype="float32"))
         assert pool.loaded() == {}
+    finally:
+        pool.close()
+
+
+def test_one_tabs_targets_take_at_most_half_of_a_shared_engine(tiny_model_dir):
+    """Four targets of one tab on one engine that writes four answers at once: two answer together, two wait their
+    turn, and another tab's (or the API's) request finds a free slot at once instead of queueing behind them all."""
+    pool = ClientPool()
+    try:
+        settings_ = ModelSettings(model_path=str(tiny_model_dir), device="cpu", dtype="float32", hf_max_batch=4)
+        targets = [Target(f"t{n}", settings_, GenerationParams(temperature=0.0, max_new_tokens=64, ignore_eos=True))
+                   for n in range(4)]
+        client = pool.get(settings_)
+        comparison = start_comparison(targets, question(), pool.get)
+        generating: list[int] = []
+        outsider_waited = False
+        while not comparison.done:
+            activity = client.activity()
+            assert activity is not None
+            generating.append(activity.generating)
+            if activity.generating >= 1 and not outsider_waited and len(generating) == 20:
+                other = threading.Thread(target=lambda: list(client.stream(
+                    [{"role": "user", "content": "Hi"}], GenerationParams(max_new_tokens=8), threading.Event())))
+                other.start()
+            outsider_waited = outsider_waited or activity.waiting > 0
+            time.sleep(0.02)
+        assert comparison.wait(120)
+        assert [r.error for r in comparison.results()] == [None] * 4
+        assert all(r.metrics.completion_tokens == 64 for r in comparison.results())
+        assert max(generating) <= 3  # two of the tab's, and at most the outsider beside them
+        assert not outsider_waited
+        notices = [item for run in comparison.runs for item in run.drain() if isinstance(item, Notice)]
+        assert len(notices) == 2 and "Waiting" in notices[0].text
     finally:
         pool.close()
 

@@ -2,8 +2,8 @@
 
 Each target gets its own copy of the conversation and its own turn through the agent (app/agent.py: run_turn, with
 its own tool loop), on a thread of its own with its own cancel Event: their answers stream at the same time
-(targets that share a model share its engine, whose batching serves them together), and stopping one leaves the
-others running.
+(targets that share a model share its engine, whose batching serves them together, up to half of what it writes at
+once: EngineShares), and stopping one leaves the others running.
 
 A front end reads each target's events from its queue (`TargetRun.events`: the agent's TurnEvents, then one
 RunFinished), all of them at once with `Comparison.next_events`; `run_all` runs a comparison to its end for
@@ -56,6 +56,24 @@ class RunFinished:
 QueueItem = TurnEvent | RunFinished
 
 
+class EngineShares:
+    """One comparison's (one tab's) share of each engine it uses: at most half of what the engine writes at once
+    (ModelActivity.at_once; at least one) of its targets answer on it together, the others waiting their turn, so
+    that one tab comparing four settings of a model does not take every slot of an engine other tabs and the API
+    share. A remote server (no activity figure) is not ours to bound."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._shares: dict[int, threading.Semaphore] = {}  # by id(client): the clients outlive the comparison
+
+    def share(self, client: Client) -> threading.Semaphore | None:
+        activity = client.activity()
+        if activity is None:
+            return None
+        with self._lock:
+            return self._shares.setdefault(id(client), threading.Semaphore(max(1, activity.at_once // 2)))
+
+
 def tools_for(target: Target, tools: ToolSettings | None) -> ToolSettings | None:
     """The tool settings a target's turn runs with: the shared ones, with the target's own tool choice where it has
     one. ValueError when that choice cannot be honoured (a tool that is not on, or a call required of no tools)."""
@@ -81,7 +99,8 @@ class TargetRun:
 
     def __init__(self, index: int, target: Target, conversation: Conversation, client_for: ClientFor,
                  tools: ToolSettings | None, images: ImagePolicy | None, signal: threading.Event,
-                 decisions: dict[str, Decision] | None = None, collector: ResultCollector | None = None) -> None:
+                 decisions: dict[str, Decision] | None = None, collector: ResultCollector | None = None,
+                 shares: EngineShares | None = None) -> None:
         self.index = index
         self.target = target
         self.conversation = copy.deepcopy(conversation)  # its own: the turn appends its answers and tool results
@@ -91,6 +110,7 @@ class TargetRun:
         self._images = images
         self._signal = signal
         self._decisions = decisions
+        self._shares = shares or EngineShares()
         self._finished = threading.Event()
         self._problem: str | None = None  # why the target cannot run at all
         if decisions is not None:  # a resumed turn: `tools` are Comparison.resume's, the choice applied already
@@ -164,23 +184,31 @@ class TargetRun:
             if self.cancel.is_set():  # stopped while its model loaded: nothing to answer
                 collector.result.finish_reason = "cancelled"
                 return
-            tools = self._tools or ToolSettings(ToolRegistry())
-            turn: Generator[TurnEvent, None, None] | None
-            if self._decisions is not None:
-                turn = resume_turn(client, self.conversation, self.target.params, self.target.system_prompt,
-                                   self.cancel, tools, self._images, self._decisions)
-            else:
-                turn = run_turn(client, self.conversation, self.target.params, self.target.system_prompt,
-                                self.cancel, self._tools, self._images)
-            while turn is not None:
-                asking = self._stream(turn)
-                turn = None
-                if asking is not None:  # nobody can answer it here: decline, and let the call finish
-                    answer(asking.asked, Answer("decline"))
-                    self._put(Notice(QUESTION_DECLINED))
-                    running: dict[str, RunningCall] = {asking.call.id: asking.running}
+            share = self._shares.share(client)
+            if share is not None and not self._take(share):
+                collector.result.finish_reason = "cancelled"  # stopped while it waited for its turn
+                return
+            try:
+                tools = self._tools or ToolSettings(ToolRegistry())
+                turn: Generator[TurnEvent, None, None] | None
+                if self._decisions is not None:
                     turn = resume_turn(client, self.conversation, self.target.params, self.target.system_prompt,
-                                       self.cancel, tools, self._images, {}, running)
+                                       self.cancel, tools, self._images, self._decisions)
+                else:
+                    turn = run_turn(client, self.conversation, self.target.params, self.target.system_prompt,
+                                    self.cancel, self._tools, self._images)
+                while turn is not None:
+                    asking = self._stream(turn)
+                    turn = None
+                    if asking is not None:  # nobody can answer it here: decline, and let the call finish
+                        answer(asking.asked, Answer("decline"))
+                        self._put(Notice(QUESTION_DECLINED))
+                        running: dict[str, RunningCall] = {asking.call.id: asking.running}
+                        turn = resume_turn(client, self.conversation, self.target.params, self.target.system_prompt,
+                                           self.cancel, tools, self._images, {}, running)
+            finally:
+                if share is not None:
+                    share.release()
         except Exception as exc:  # the model did not load, or a bug: this target fails, the others go on
             text = str(exc) if isinstance(exc, ClientError) else f"{type(exc).__name__}: {exc}"
             collector.error(text)
@@ -189,6 +217,17 @@ class TargetRun:
             result = collector.finish()
             self._put(RunFinished(result))
             self._finished.set()
+
+    def _take(self, share: threading.Semaphore) -> bool:
+        """Wait for this tab's turn on the engine (False: stopped while waiting)."""
+        if share.acquire(blocking=False):
+            return True
+        self._put(Notice("Waiting: this tab's other targets on the same model are answering (a tab takes at most "
+                         "half of what a model writes at once)."))
+        while not self.cancel.is_set():
+            if share.acquire(timeout=0.1):
+                return True
+        return False
 
     def _stream(self, turn: Generator[TurnEvent, None, None]) -> QuestionAsked | None:
         """Pass the turn's events on; the question that paused it, if one did."""
@@ -206,9 +245,10 @@ class TargetRun:
 class Comparison:
     """Targets answering one conversation at once; started by `start_comparison`."""
 
-    def __init__(self, runs: list[TargetRun], signal: threading.Event) -> None:
+    def __init__(self, runs: list[TargetRun], signal: threading.Event, shares: EngineShares) -> None:
         self.runs = runs
         self._signal = signal
+        self._shares = shares
 
     @property
     def done(self) -> bool:
@@ -260,7 +300,7 @@ class Comparison:
                 raise ValueError(f"{call.name} is not switched on now: deny the call, or switch the tool on first")
         check_decisions(previous.conversation, current, decisions)  # refused here, not later on the thread
         run = TargetRun(index, previous.target, previous.conversation, client_for, current, images, self._signal,
-                        dict(decisions), previous.collector)
+                        dict(decisions), previous.collector, self._shares)
         self.runs[index] = run
         run.start()
         return run
@@ -293,11 +333,12 @@ def start_comparison(targets: Sequence[Target], conversation: Conversation | Seq
     if len(conversations) != len(targets):
         raise ValueError(f"{len(targets)} targets but {len(conversations)} conversations")
     signal = threading.Event()
-    runs = [TargetRun(index, target, conversations[index], client_for, tools, images, signal)
+    shares = EngineShares()
+    runs = [TargetRun(index, target, conversations[index], client_for, tools, images, signal, shares=shares)
             for index, target in enumerate(targets)]
     for run in runs:
         run.start()
-    return Comparison(runs, signal)
+    return Comparison(runs, signal, shares)
 
 
 def run_all(targets: Sequence[Target], conversation: Conversation, client_for: ClientFor,
