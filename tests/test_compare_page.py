@@ -196,6 +196,18 @@ def test_targets_that_cannot_be_used_stop_the_message_box_with_the_reason(app):
     assert any("http(s) URL" in w.value for w in app.warning)
 
 
+def test_a_typed_api_url_on_this_machine_is_refused_while_the_app_serves_the_network(app, monkeypatch):
+    """Served beyond loopback, a visitor's URL must pass the web guard: no probing of this machine's ports."""
+    from streamlit import config as st_config
+
+    monkeypatch.setattr(st_config, "get_option", lambda name, real=st_config.get_option:
+                        "0.0.0.0" if name == "server.address" else real(name))
+    app.selectbox(key="settings.compare.target1.backend").set_value("openai").run()
+    app.text_input(key="settings.compare.target1.api_base_url").set_value("http://127.0.0.1:5432/v1").run()
+    assert app.chat_input(key="compare_input").disabled
+    assert any("reachable from other machines" in w.value for w in app.warning)
+
+
 def test_a_target_whose_model_does_not_load_fails_in_its_pane_and_the_other_answers(app, tmp_path: Path):
     app.toggle(key="settings.compare.blind").set_value(False).run()
     app.text_input(key="settings.compare.target1.model_path").set_value(str(tmp_path / "no-such-model")).run()

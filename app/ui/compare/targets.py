@@ -27,7 +27,7 @@ from app.compare.targets import (
 from app.config import ModelSettings
 from app.generation_defaults import defaults_for_settings
 from app.generation_params import SAMPLING_FIELDS
-from app.ui import api_keys
+from app.ui import api_keys, endpoints
 from app.ui.safe_markdown import safe_label
 
 TARGETS_FILE_ENV = "DEMO_COMPARE_TARGETS"
@@ -179,6 +179,8 @@ def _model(slot: int, backend: str, picker: ModelSettings, locked: bool) -> Mode
                                   placeholder="empty: the server's first model")
         if not base_url.strip().startswith(("http://", "https://")):
             raise ValueError(f"the API base URL must be an http(s) URL, not {base_url.strip()!r}")
+        if problem := endpoints.base_url_problem(base_url):
+            raise ValueError(problem)
         return replace(picker, backend=backend, api_base_url=base_url.strip(), api_key=api_key,
                        api_model=api_model.strip())
     model_path = st.text_input("Model path", key=_key(slot, "model_path"), disabled=locked,
