@@ -397,6 +397,10 @@ class SchemaLimits:
     max_enum: int = 1_000  # enum and const values in the whole schema
     max_pattern: int = 300  # characters of one regex (pattern, patternProperties)
     compile_timeout_s: float = 10.0  # a grammar not compiled by then is refused (transformers backend)
+    # CPU seconds for the regexes of one validation against a schema from outside, together
+    # (app/schema_validation.py): a value not checked by then is refused. Python's `re` took 0.9 s for `^(a+)+$`
+    # against 25 characters, doubling with each.
+    regex_timeout_s: float = 0.5
 
     @classmethod
     def from_env(cls) -> SchemaLimits:
@@ -407,6 +411,7 @@ class SchemaLimits:
             max_enum=_int("DEMO_SCHEMA_MAX_ENUM", cls.max_enum),
             max_pattern=_int("DEMO_SCHEMA_MAX_PATTERN", cls.max_pattern),
             compile_timeout_s=_float("DEMO_GRAMMAR_COMPILE_TIMEOUT_S", cls.compile_timeout_s),
+            regex_timeout_s=_float("DEMO_SCHEMA_REGEX_TIMEOUT_S", cls.regex_timeout_s),
         )
 
 

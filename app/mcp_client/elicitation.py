@@ -21,10 +21,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
-from jsonschema import Draft202012Validator, SchemaError
+from jsonschema import SchemaError
 from mcp import types
 from mcp.client.session import ClientRequestContext
 
+from app.schema_validation import check_schema
 from app.tools.questions import Answer, Question, QuestionChannel
 
 QUESTION_TIMEOUT_S = 600.0  # how long a question waits for the user before it is answered "cancel"
@@ -109,8 +110,10 @@ def form_problem(schema: Any) -> str | None:
         return "it has no fields"
     if len(fields) > _MAX_FIELDS:
         return f"it has {len(fields)} fields (at most {_MAX_FIELDS})"
+    if _refers(schema):  # a form needs none, and a $ref to a URL must never be fetched (nor shown)
+        return "it refers to other schemas ($ref), which a form does not follow"
     try:
-        Draft202012Validator.check_schema(schema)
+        check_schema(schema)
     except SchemaError as exc:
         return f"it is not a valid JSON Schema ({exc.message})"
     for name, spec in fields.items():
@@ -118,6 +121,20 @@ def form_problem(schema: Any) -> str | None:
         if problem is not None:
             return f"the field {name!r} {problem}"
     return None
+
+
+def _refers(schema: Any) -> bool:
+    """Whether a `$ref` or `$dynamicRef` appears anywhere in `schema` (iterative: it may be deep)."""
+    pending = [schema]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            if "$ref" in item or "$dynamicRef" in item:
+                return True
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return False
 
 
 def _field_problem(spec: Any) -> str | None:

@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from jsonschema import Draft202012Validator, SchemaError
+from jsonschema import SchemaError
 from mcp import types
 
 from app.config import SchemaLimits
@@ -24,6 +24,7 @@ from app.mcp_client.connection import ServerConnection
 from app.mcp_client.manager import McpManager
 from app.mcp_client.results import to_output
 from app.schema_limits import schema_size_problem
+from app.schema_validation import check_schema
 from app.tools.questions import QuestionChannel, current_channel
 from app.tools.registry import Tool, ToolError, ToolHints, ToolOutput, ToolRegistry, function_schema, output_validator
 
@@ -73,7 +74,7 @@ def _parameters(server: str, tool: types.Tool) -> dict[str, Any] | None:
         # Sizes first: checking a huge schema against its meta-schema alone takes seconds (640 KB of anyOf: 8 s).
         if (problem := schema_size_problem(schema, SchemaLimits.from_env())) is not None:
             raise SchemaError(problem)
-        Draft202012Validator.check_schema(schema)
+        check_schema(schema)
     except SchemaError as exc:
         logger.warning("MCP server %s: tool %r left out, its input schema is not usable: %s", server, tool.name,
                        exc.message)

@@ -8,9 +8,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from fastapi.responses import JSONResponse
-from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
-from jsonschema.validators import validator_for
 from openai.types import Model
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -19,6 +17,7 @@ from app.config import ImageSettings, SchemaLimits
 from app.conversation import Conversation, ImageFetcher
 from app.generation_defaults import GenerationDefaults
 from app.schema_limits import schema_size_problem
+from app.schema_validation import check_schema
 from app.tools.net_guard import fetch_guarded
 from app.tools.registry import ToolError
 
@@ -101,11 +100,8 @@ def schema_problem(schema: dict[str, Any]) -> str | None:
     problem = schema_size_problem(schema, SchemaLimits.from_env())
     if problem:
         return problem
-    declared = schema.get("$schema")
-    validator = validator_for(schema, default=Draft202012Validator) if isinstance(declared, str) \
-        else Draft202012Validator
     try:
-        validator.check_schema(schema)
+        check_schema(schema)
     except SchemaError as exc:
         where = ".".join(str(part) for part in exc.path)
         return f"not a valid JSON Schema: {exc.message[:200]}" + (f" (at {where})" if where else "")

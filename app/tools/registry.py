@@ -19,14 +19,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from jsonschema import Draft202012Validator, SchemaError
-from jsonschema.protocols import Validator
-from jsonschema.validators import validator_for
-from referencing import Registry
-from referencing.exceptions import Unresolvable
+from jsonschema import SchemaError
 from transformers.utils import get_json_schema
 
 from app.conversation import Attachment
+from app.schema_validation import SchemaValidator
+from app.schema_validation import describe as _describe
 from app.tools.questions import QuestionChannel
 from app.tools.questions import bind as bind_questions
 
@@ -281,13 +279,12 @@ class ToolRegistry:
             return f"Error: there is no tool named {name!r}. Available tools: {known}."
         if not isinstance(arguments, dict):
             return f"Error: the arguments of {name} must be a JSON object."
-        # An empty registry: a $ref resolves inside the schema only. A schema from elsewhere (an MCP server) could
-        # otherwise make the app fetch any URL, which jsonschema's default registry does, with only a warning.
-        validator = Draft202012Validator(tool.parameters, registry=Registry())
+        # The schema may come from an MCP server or an API client: app/schema_validation.py fetches no $ref and
+        # bounds its regexes.
         try:
-            errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.path))
-        except Unresolvable as exc:
-            return f"Error: the parameters schema of {name} cannot be used: {exc}."
+            errors = SchemaValidator(tool.parameters).errors(arguments)
+        except SchemaError as exc:
+            return f"Error: the parameters schema of {name} cannot be used: {exc.message}."
         if errors:
             details = "; ".join(_describe(error) for error in errors[:5])
             return f"Error: invalid arguments for {name}: {details}."
@@ -337,12 +334,10 @@ def _result(tool: Tool, output: ToolOutput) -> ToolResult:
     return ToolResult(text, ok=output.ok, attachments=output.attachments, structured=structured)
 
 
-def output_validator(schema: Mapping[str, Any]) -> Validator:
-    """A validator for a tool's output schema: the draft its $schema names (2020-12 when none, as MCP says), $refs
-    resolved inside the schema only (never fetched). SchemaError when it is not a valid JSON Schema."""
-    cls = validator_for(schema, default=Draft202012Validator)
-    cls.check_schema(schema)
-    return cls(schema, registry=Registry())
+def output_validator(schema: Mapping[str, Any]) -> SchemaValidator:
+    """A validator for a tool's output schema (app/schema_validation.py: the draft its $schema names, 2020-12 when
+    none, as MCP says; nothing fetched, regexes bounded). SchemaError when it is not a valid JSON Schema."""
+    return SchemaValidator(schema)
 
 
 def _check_output_schema(schema: Any) -> None:
@@ -357,9 +352,9 @@ def _check_output_schema(schema: Any) -> None:
 def _structured_problem(schema: Mapping[str, Any], structured: Any) -> str | None:
     """Why `structured` does not match `schema`, or None when it does."""
     try:
-        errors = sorted(output_validator(schema).iter_errors(structured), key=lambda e: list(e.path))
-    except (SchemaError, Unresolvable) as exc:
-        return f"the tool's output schema cannot be used ({exc})"
+        errors = output_validator(schema).errors(structured)
+    except SchemaError as exc:
+        return f"the tool's output schema cannot be used ({exc.message})"
     if errors:
         return f"it does not match the tool's output schema ({_describe(errors[0])})"
     return None
@@ -372,10 +367,6 @@ def json_number(value: object) -> int | float | None:
         return None
     return value if isinstance(value, int) or math.isfinite(value) else None
 
-
-def _describe(error: Any) -> str:
-    where = "/".join(str(part) for part in error.path)
-    return f"{where}: {error.message}" if where else error.message
 
 
 def _as_text(value: Any) -> str:

@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import streamlit as st
-from jsonschema import Draft202012Validator
+from jsonschema import SchemaError
 
 from app.agent import Decision
 from app.conversation import ToolCall
+from app.schema_validation import SchemaValidator
 from app.tools.questions import Answer, answer
 from app.tools.registry import RunningCall
 from app.ui import state
@@ -173,7 +174,12 @@ def _problem(schema: dict[str, Any], content: dict[str, Any]) -> str:
     missing = [str(fields[n].get("title") or n) for n in schema.get("required", []) if n in fields and n not in content]
     if missing:
         return f"fill in {', '.join(missing)}."
-    errors = sorted(Draft202012Validator(schema).iter_errors(content), key=lambda e: list(e.path))
+    # The server's schema: app/schema_validation.py fetches no $ref it names and bounds its regexes (checked when it
+    # asked: app/mcp_client/elicitation.py form_problem).
+    try:
+        errors = SchemaValidator(schema).errors(content)
+    except SchemaError as exc:
+        return f"the question's form cannot be checked: {exc.message}; decline it."
     if errors:
         where = ".".join(str(p) for p in errors[0].path)
         return f"{where + ': ' if where else ''}{errors[0].message}."
