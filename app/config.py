@@ -314,6 +314,10 @@ class McpSettings:
     public_url: str = "http://localhost:8501/"
     sign_in_timeout_s: float = 600.0
     secret_key: str = field(default="", repr=False)
+    # One message from a Streamable HTTP server (a JSON body, one SSE event), read no further than this; and the
+    # images one tool result may show (the rest are named, not decoded).
+    max_result_mb: float = 16.0
+    max_images: int = 8
 
     @classmethod
     def from_env(cls) -> McpSettings:
@@ -329,10 +333,13 @@ class McpSettings:
             public_url=os.environ.get("DEMO_PUBLIC_URL", "").strip() or cls.public_url,
             sign_in_timeout_s=_float("DEMO_MCP_SIGN_IN_TIMEOUT_S", cls.sign_in_timeout_s),
             secret_key=os.environ.get("DEMO_SECRET_KEY", "").strip(),
+            max_result_mb=_float("DEMO_MCP_MAX_RESULT_MB", cls.max_result_mb),
+            max_images=_int("DEMO_MCP_MAX_IMAGES", cls.max_images),
         )
-        if settings.call_timeout_s <= 0 or settings.connect_timeout_s <= 0 or settings.sign_in_timeout_s <= 0:
-            raise ValueError("DEMO_MCP_CALL_TIMEOUT_S, DEMO_MCP_CONNECT_TIMEOUT_S and DEMO_MCP_SIGN_IN_TIMEOUT_S must "
-                             "be positive")
+        if settings.call_timeout_s <= 0 or settings.connect_timeout_s <= 0 or settings.sign_in_timeout_s <= 0 \
+                or settings.max_result_mb <= 0:
+            raise ValueError("DEMO_MCP_CALL_TIMEOUT_S, DEMO_MCP_CONNECT_TIMEOUT_S, DEMO_MCP_SIGN_IN_TIMEOUT_S and "
+                             "DEMO_MCP_MAX_RESULT_MB must be positive")
         return settings
 
 

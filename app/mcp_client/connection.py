@@ -27,6 +27,7 @@ from typing import Any, Literal, TextIO, TypeVar
 import anyio
 import anyio.to_thread
 import httpx2
+from jsonschema import SchemaError
 from mcp import Client, MCPError, StdioServerParameters, types
 from mcp.client import Transport
 from mcp.client.auth import OAuthFlowError, OAuthRegistrationError, OAuthTokenError, TokenStorage
@@ -38,7 +39,9 @@ from pydantic import ValidationError
 from app.config import McpSettings
 from app.mcp_client.config import HttpServer, ServerSpec, StdioServer
 from app.mcp_client.elicitation import Askers
+from app.mcp_client.http_client import PinnedTransport, cap_body
 from app.mcp_client.oauth import SignIn, SignInError
+from app.schema_validation import SchemaValidator
 from app.tools.net_guard import check_url
 from app.tools.questions import QuestionChannel
 from app.tools.registry import ToolError
@@ -302,6 +305,7 @@ class ServerConnection:
                     client = await stack.enter_async_context(
                         Client(transport, cache=None, client_info=CLIENT_INFO,
                                elicitation_callback=self._askers.elicit))
+                    client.session.validate_tool_result = self._check_result  # type: ignore[method-assign]
                     tools = await _list_all(client)
                     scope.deadline = math.inf  # connected: from now on only `done` ends it
                     link.client, connected = client, True
@@ -352,19 +356,41 @@ class ServerConnection:
             parameters = StdioServerParameters(command=spec.command, args=spec.args, env=spec.env or None, cwd=spec.cwd)
             return _watched(stdio_client(parameters, errlog=_errlog()), done)
         assert isinstance(spec, HttpServer)
-        if self.guard_url:  # again at every connection: what a name resolves to can change
-            await anyio.to_thread.run_sync(check_url, spec.url)
         # The SDK's OAuth provider puts the access token on requests to this server only: each server has its own
         # client, the flow's own requests (metadata, registration, tokens) carry none, and redirects off the
-        # server's origin are not followed. Every request a sign-in makes (to whatever URL a server's metadata
-        # names) passes the SSRF guard too.
-        hooks: dict[str, list[Any]] = {"response": [self._note_refusal]}
-        if self.guard_url and self.sign_in is not None:
-            hooks["request"] = [_guarded_elsewhere(spec.url)]
+        # server's origin are not followed. A server a user added is reached at the address the SSRF guard judged,
+        # checked again at every connection (what a name resolves to can change), and so is every URL a sign-in
+        # requests (whatever a server's metadata names): app/mcp_client/http_client.py. No proxy from the
+        # environment then: it would look the name up again itself.
+        transport = None
+        if self.guard_url:
+            transport = PinnedTransport(spec.url, await anyio.to_thread.run_sync(check_url, spec.url))
+        max_bytes = int(self.settings.max_result_mb * 2**20)
         http = await stack.enter_async_context(httpx2.AsyncClient(
             headers=spec.headers, timeout=httpx2.Timeout(self.settings.connect_timeout_s, read=_SSE_READ_TIMEOUT_S),
-            event_hooks=hooks, auth=self.sign_in.provider if self.sign_in is not None else None))
-        return streamable_http_client(spec.url, http_client=http)
+            event_hooks={"response": [self._note_refusal, cap_body(max_bytes)]}, transport=transport,
+            trust_env=transport is None, auth=self.sign_in.provider if self.sign_in is not None else None))
+        return streamable_http_client(spec.url, http_client=http, max_sse_event_size=max_bytes)
+
+    async def _check_result(self, name: str, result: types.CallToolResult) -> None:
+        """Stands in for the SDK's check of a result against its tool's output schema (`validate_tool_result`, same
+        outcome: RuntimeError), through app/schema_validation.py and in a worker thread. The SDK's runs jsonschema's
+        regexes on `re`, here on the loop that every server's calls share: a backtracking pattern froze them all."""
+        schema = next((tool.output_schema for tool in self._tools if tool.name == name), None)
+        if schema is None:
+            return
+        if result.structured_content is None and "structured_content" not in result.model_fields_set:
+            raise RuntimeError(f"Tool {name} has an output schema but did not return structured content")
+
+        def problem() -> str | None:
+            try:
+                errors = SchemaValidator(schema).errors(result.structured_content, first_only=True)
+            except SchemaError as exc:
+                return f"Invalid schema for tool {name}: {exc.message}"
+            return f"Invalid structured content returned by tool {name}: {errors[0].message}" if errors else None
+
+        if (found := await anyio.to_thread.run_sync(problem)) is not None:
+            raise RuntimeError(found)
 
     async def _note_refusal(self, response: httpx2.Response) -> None:
         if response.status_code in (401, 403):
@@ -386,19 +412,6 @@ class ServerConnection:
         link = self._link
         if link is not None and link.scope is not None and link.client is None:
             link.scope.deadline = anyio.current_time() + self.settings.connect_timeout_s
-
-
-def _guarded_elsewhere(server_url: str) -> Callable[[httpx2.Request], Awaitable[None]]:
-    """A request hook that refuses requests to local or private addresses (unless DEMO_BROWSER_ALLOW allows them)
-    with a ToolError, but for those to the server's own origin, checked when the connection was made."""
-    own = httpx2.URL(server_url)
-
-    async def guard(request: httpx2.Request) -> None:
-        url = request.url
-        if (url.scheme, url.host, url.port) != (own.scheme, own.host, own.port):
-            await anyio.to_thread.run_sync(check_url, str(url))
-
-    return guard
 
 
 @asynccontextmanager

@@ -154,7 +154,8 @@ def _caller(manager: McpManager, connection: ServerConnection, tool: str, shown_
             raise ToolError(f"{shown_as} did not finish within {wait_s:g} s.") from None
         finally:
             running.discard(future)
-        return to_output(result, shown_as, output_schema)  # its structured result too, read in the text
+        # its structured result too, read in the text
+        return to_output(result, shown_as, output_schema, manager.settings.max_images)
 
     def cancel() -> None:
         for future in list(running):
