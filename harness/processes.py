@@ -39,3 +39,34 @@ def stop(process: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait(5)
+
+
+@contextmanager
+def listening_process(command: Sequence[str], port: int, host: str = "127.0.0.1",
+                      start_timeout_s: float = 60) -> Iterator[subprocess.Popen[bytes]]:
+    """Start `command` with a pipe as its stdin (the test servers under tests/mcp_servers stop by themselves once it
+    closes), wait until it accepts connections on host:port, yield it; close its stdin and stop it after."""
+    import socket
+    import time
+
+    process = subprocess.Popen(list(command), stdin=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + start_timeout_s  # a safety net for a slow machine, not a measurement
+        while True:
+            try:
+                socket.create_connection((host, port), timeout=1).close()
+                break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"{' '.join(command)} did not start listening on {host}:{port}") from None
+                time.sleep(0.1)
+        yield process
+    finally:
+        assert process.stdin is not None
+        process.stdin.close()
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)

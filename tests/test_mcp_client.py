@@ -6,10 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
-import socket
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -28,6 +25,7 @@ from app.mcp_client.config import HttpServer
 from app.tools import load_tools
 from app.tools.registry import ToolError
 from harness.local_http import free_port
+from harness.processes import listening_process
 from tests.helpers import collect, open_app
 
 SERVER = Path(__file__).parent / "mcp_servers" / "demo_server.py"
@@ -65,25 +63,8 @@ def http_server() -> Iterator[str]:
     """The demo server on Streamable HTTP, bearer TOKEN required; it also stops by itself once our end of its
     stdin closes."""
     port = free_port()
-    process = subprocess.Popen([sys.executable, str(SERVER), "http", str(port), TOKEN], stdin=subprocess.PIPE)
-    deadline = time.monotonic() + 60  # a safety net for a slow machine, not a measurement
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                raise RuntimeError("the HTTP MCP test server did not start") from None
-            time.sleep(0.1)
-    yield f"http://127.0.0.1:{port}/mcp"
-    assert process.stdin is not None
-    process.stdin.close()
-    process.terminate()
-    try:
-        process.wait(10)
-    except subprocess.TimeoutExpired:
-        process.kill()
+    with listening_process([sys.executable, str(SERVER), "http", str(port), TOKEN], port):
+        yield f"http://127.0.0.1:{port}/mcp"
 
 
 def demo_tools(mcp: McpManager):

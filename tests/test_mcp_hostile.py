@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -22,41 +23,21 @@ from app.mcp_client import McpManager, bearer_server, mcp_registry
 from app.mcp_client.elicitation import form_problem
 from app.schema_validation import SchemaValidator
 from harness.local_http import free_port
+from harness.processes import listening_process
 
 SERVER = Path(__file__).parent / "mcp_servers" / "hostile_server.py"
 TOKEN = "hostile-token"
 
 
-def _start(port: int, host: str = "127.0.0.1") -> subprocess.Popen[bytes]:
-    process = subprocess.Popen([sys.executable, str(SERVER), str(port), TOKEN, host], stdin=subprocess.PIPE)
-    deadline = time.monotonic() + 60  # a safety net for a slow machine, not a measurement
-    while True:
-        try:
-            socket.create_connection((host, port), timeout=1).close()
-            return process
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                raise RuntimeError("the hostile MCP test server did not start") from None
-            time.sleep(0.1)
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    assert process.stdin is not None
-    process.stdin.close()
-    process.terminate()
-    try:
-        process.wait(10)
-    except subprocess.TimeoutExpired:
-        process.kill()
+def _serving(port: int) -> AbstractContextManager[subprocess.Popen[bytes]]:
+    return listening_process([sys.executable, str(SERVER), str(port), TOKEN, "127.0.0.1"], port)
 
 
 @pytest.fixture(scope="module")
 def hostile() -> Iterator[str]:
     port = free_port()
-    process = _start(port)
-    yield f"http://127.0.0.1:{port}/mcp"
-    _stop(process)
+    with _serving(port):
+        yield f"http://127.0.0.1:{port}/mcp"
 
 
 def _manager(url: str, **settings: Any) -> McpManager:
@@ -164,38 +145,37 @@ def test_a_user_added_server_is_reached_at_the_checked_address_whatever_dns_answ
     bearer token went to the internal service in two POSTs."""
     _Recorder.seen = []
     port = free_port()
-    process = _start(port)
-    internal = ThreadingHTTPServer(("127.0.0.2", port), _Recorder)
-    threading.Thread(target=internal.serve_forever, daemon=True).start()
-    real_lookup, real_connect = socket.getaddrinfo, socket.socket.connect
-    asked: list[str] = []
+    with _serving(port):
+        internal = ThreadingHTTPServer(("127.0.0.2", port), _Recorder)
+        threading.Thread(target=internal.serve_forever, daemon=True).start()
+        real_lookup, real_connect = socket.getaddrinfo, socket.socket.connect
+        asked: list[str] = []
 
-    def rebinding(host: Any, port_: Any, *args: Any, **kwargs: Any) -> Any:
-        if (host.decode() if isinstance(host, bytes) else host) != "rebind.example":  # anyio asks in bytes
-            return real_lookup(host, port_, *args, **kwargs)
-        checking = sys._getframe(1).f_code.co_name == "check_url"
-        asked.append("check" if checking else "connect")
-        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1" if checking else "127.0.0.2", port_))]
+        def rebinding(host: Any, port_: Any, *args: Any, **kwargs: Any) -> Any:
+            if (host.decode() if isinstance(host, bytes) else host) != "rebind.example":  # anyio asks in bytes
+                return real_lookup(host, port_, *args, **kwargs)
+            checking = sys._getframe(1).f_code.co_name == "check_url"
+            asked.append("check" if checking else "connect")
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1" if checking else "127.0.0.2", port_))]
 
-    def loopback_only(self: socket.socket, address: Any) -> Any:  # the project's rule: never leave the machine
-        if self.family in (socket.AF_INET, socket.AF_INET6) and not str(address[0]).startswith(("127.", "::1")):
-            raise OSError(f"the tests connect to loopback only, not {address[0]}")
-        return real_connect(self, address)
+        def loopback_only(self: socket.socket, address: Any) -> Any:  # the project's rule: never leave the machine
+            if self.family in (socket.AF_INET, socket.AF_INET6) and not str(address[0]).startswith(("127.", "::1")):
+                raise OSError(f"the tests connect to loopback only, not {address[0]}")
+            return real_connect(self, address)
 
-    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
-    monkeypatch.setattr(socket.socket, "connect", loopback_only)
-    monkeypatch.setenv("DEMO_BROWSER_ALLOW", "127.0.0.1")
-    mcp = McpManager(McpSettings(connect_timeout_s=60), servers={})
-    try:
-        added = mcp.add_server("alice", "rebind", bearer_server(f"http://rebind.example:{port}/mcp", TOKEN))
-        mcp.refresh([added])
-        assert added.status().state == "connected", added.status().message
-        assert mcp_registry(mcp, [added]).call("gallery", {"count": 1}).ok
-    finally:
-        mcp.close()
-        internal.shutdown()
-        internal.server_close()
-        _stop(process)
+        monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+        monkeypatch.setattr(socket.socket, "connect", loopback_only)
+        monkeypatch.setenv("DEMO_BROWSER_ALLOW", "127.0.0.1")
+        mcp = McpManager(McpSettings(connect_timeout_s=60), servers={})
+        try:
+            added = mcp.add_server("alice", "rebind", bearer_server(f"http://rebind.example:{port}/mcp", TOKEN))
+            mcp.refresh([added])
+            assert added.status().state == "connected", added.status().message
+            assert mcp_registry(mcp, [added]).call("gallery", {"count": 1}).ok
+        finally:
+            mcp.close()
+            internal.shutdown()
+            internal.server_close()
     assert _Recorder.seen == [] and "connect" not in asked and "check" in asked
 
 
