@@ -325,22 +325,25 @@ def test_one_tabs_targets_take_at_most_half_of_a_shared_engine(tiny_model_dir):
         client = pool.get(settings_)
         comparison = start_comparison(targets, question(), pool.get)
         generating: list[int] = []
-        outsider_waited = False
+        outsider = threading.Thread(target=lambda: list(client.stream(
+            [{"role": "user", "content": "Hi"}], GenerationParams(max_new_tokens=8, ignore_eos=True),
+            threading.Event())))
+        outsider_done_first = False
         while not comparison.done:
             activity = client.activity()
             assert activity is not None
             generating.append(activity.generating)
-            if activity.generating >= 1 and not outsider_waited and len(generating) == 20:
-                other = threading.Thread(target=lambda: list(client.stream(
-                    [{"role": "user", "content": "Hi"}], GenerationParams(max_new_tokens=8), threading.Event())))
-                other.start()
-            outsider_waited = outsider_waited or activity.waiting > 0
+            if activity.generating >= 1 and not outsider.is_alive() and outsider.ident is None:
+                outsider.start()
+            outsider_done_first = outsider_done_first or (outsider.ident is not None and not outsider.is_alive())
             time.sleep(0.02)
         assert comparison.wait(120)
         assert [r.error for r in comparison.results()] == [None] * 4
         assert all(r.metrics.completion_tokens == 64 for r in comparison.results())
         assert max(generating) <= 3  # two of the tab's, and at most the outsider beside them
-        assert not outsider_waited
+        # Its 8 tokens are written beside the tab's first two answers, not after all four (as when the tab's targets
+        # held every slot): a step-by-step "waiting" count was too fine a measure on a busy machine.
+        assert outsider_done_first
         notices = [item for run in comparison.runs for item in run.drain() if isinstance(item, Notice)]
         assert len(notices) == 2 and "Waiting" in notices[0].text
     finally:

@@ -310,12 +310,14 @@ def test_an_mcp_infinite_loop_ends_at_the_cell_timeout_and_the_next_client_goes_
 
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "DEMO_SESSIONS_DIR": str(sessions), "DEMO_KERNEL_CELL_TIMEOUT_S": "3"}
+    env = {**os.environ, "DEMO_SESSIONS_DIR": str(sessions), "DEMO_KERNEL_CELL_TIMEOUT_S": "3",
+           "DEMO_MCP_API_KEY": "loop-key"}
     stubborn = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True: pass"  # ignores interrupts
     took: dict[str, tuple[float, str]] = {}
 
     async def call(code: str, label: str, started: float) -> None:
-        async with httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=300)) as http:
+        async with httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=300),
+                                      headers={"Authorization": "Bearer loop-key"}) as http:
             async with Client(streamable_http_client(f"{base}/mcp", http_client=http)) as client:
                 result = await client.call_tool("python", {"code": code})
                 text = "".join(b.text for b in result.content if isinstance(b, types.TextContent))

@@ -241,9 +241,9 @@ def impatient_server(tiny_model_dir: Path) -> Iterator[str]:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "DEMO_DEVICE": "cpu", "DEMO_HTTP_HEADERS_TIMEOUT_S": "1",
-           "DEMO_HTTP_BODY_TIMEOUT_S": "2", "DEMO_HTTP_KEEP_ALIVE_S": "1"}
+           "DEMO_HTTP_BODY_TIMEOUT_S": "2", "DEMO_HTTP_KEEP_ALIVE_S": "1", "DEMO_SERVER_API_KEY": KEY}
     command = [sys.executable, "-m", "app.server", "--model", str(tiny_model_dir), "--served-model-name", "tiny",
-               "--port", str(port), "--api-key", KEY]
+               "--port", str(port)]
     with server_process(command, f"{base}/health", cwd=ROOT, env=env, log=ARTIFACTS / "api-server-timeouts.log",
                         start_timeout_s=120, lifetime_s=600):
         yield base
@@ -313,8 +313,9 @@ def test_a_slow_but_complete_request_and_a_kept_alive_connection_still_work(impa
 def test_the_mcp_servers_http_mode_closes_half_open_connections_too(tmp_path):
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "DEMO_SESSIONS_DIR": str(tmp_path / "sessions"), "DEMO_HTTP_HEADERS_TIMEOUT_S": "1"}
-    command = [sys.executable, "-m", "app.mcp_server", "--http", "--port", str(port), "--api-key", KEY]
+    env = {**os.environ, "DEMO_SESSIONS_DIR": str(tmp_path / "sessions"), "DEMO_HTTP_HEADERS_TIMEOUT_S": "1",
+           "DEMO_MCP_API_KEY": KEY}
+    command = [sys.executable, "-m", "app.mcp_server", "--http", "--port", str(port)]
     with server_process(command, f"{base}/health", cwd=ROOT, env=env, log=tmp_path / "mcp.log", lifetime_s=300):
         closed = _closed_after(base, _half_headers)
     assert 0.8 < closed < 2.5
