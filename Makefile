@@ -73,12 +73,12 @@ $(VENV)/llama-server/build/bin/llama-server: $(STAMP)
 
 # Converts the embedded GGUF into a safetensors folder once (~30 s); instant when the cache already has it.
 model: $(STAMP)
-	@$(PY) -m app.embedded_model
+	@$(PY) -m app.clients.embedded_model
 
 run: setup
-	@$(PY) -m app.clients.llamacpp.probe
+	@$(PY) -m app.clients.choice
 	@echo "Starting the demo on http://$(HOST):$(PORT) (Ctrl+C stops it)"
-	@$(VENV)/bin/streamlit run app/web.py --server.address $(HOST) --server.port $(PORT)
+	@$(VENV)/bin/streamlit run app/frontends/streamlit/web.py --server.address $(HOST) --server.port $(PORT)
 
 # The OpenAI-compatible API: 127.0.0.1:8000 unless HOST / PORT say otherwise (BACKEND and MODEL too). A key, if any:
 # API_KEY_FILE=path, or DEMO_SERVER_API_KEY (or API_KEY) from the environment; never API_KEY=... on make's command
@@ -88,8 +88,8 @@ serve: export DEMO_SERVER_API_KEY := $(or $(API_KEY),$(DEMO_SERVER_API_KEY))
 serve: setup
 	$(if $(filter command line,$(origin API_KEY)),$(error API_KEY=... on the command line shows the key to every \
 	  user of this machine (ps): export DEMO_SERVER_API_KEY or give API_KEY_FILE=path))
-	@$(if $(BACKEND),,$(PY) -m app.clients.llamacpp.probe $(MODEL))
-	@$(PY) -m app.server --host $(HOST) --port $(API_PORT) $(if $(BACKEND),--backend $(BACKEND)) \
+	@$(if $(BACKEND),,$(PY) -m app.clients.choice $(MODEL))
+	@$(PY) -m app.frontends.api --host $(HOST) --port $(API_PORT) $(if $(BACKEND),--backend $(BACKEND)) \
 	  $(if $(MODEL),--model $(MODEL)) $(if $(API_KEY_FILE),--api-key-file $(API_KEY_FILE))
 
 # The app's tools as an MCP server: over stdio for a client that starts it, or with HTTP=1 as Streamable HTTP on
@@ -104,7 +104,7 @@ mcp:
 	$(if $(filter command line,$(origin API_KEY)),$(error API_KEY=... on the command line shows the key to every \
 	  user of this machine (ps): export DEMO_MCP_API_KEY, give API_KEY_FILE=path, or neither for a generated key))
 	@$(MAKE) --no-print-directory $(STAMP) sandbox >&2
-	@$(PY) -m app.mcp_server $(if $(HTTP),--http --host $(HOST) --port $(MCP_PORT)) \
+	@$(PY) -m app.frontends.mcp $(if $(HTTP),--http --host $(HOST) --port $(MCP_PORT)) \
 	  $(if $(API_KEY_FILE),--api-key-file $(API_KEY_FILE)) $(foreach origin,$(ALLOW_ORIGIN),--allow-origin $(origin))
 
 # Every prompt of a JSONL file sent to several targets at once: a report of answers, figures and tool calls in

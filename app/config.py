@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -112,12 +113,13 @@ class ModelSettings:
     vllm: VLLMOptions = VLLMOptions()
 
     @classmethod
-    def from_env(cls) -> ModelSettings:
-        from app.clients.choice import default_backend  # DEMO_BACKEND, or the fastest engine that runs here
-
+    def from_env(cls, choose_backend: Callable[[str], str]) -> ModelSettings:
+        """`choose_backend(model_path)` names the engine: app.clients.choice.default_backend (DEMO_BACKEND, or the
+        fastest engine that runs here). It is passed in because which engines run here is the clients' knowledge,
+        and config sits below them."""
         model_path = os.environ.get("DEMO_MODEL", "")
         return cls(
-            backend=default_backend(model_path),
+            backend=choose_backend(model_path),
             model_path=model_path,
             device=os.environ.get("DEMO_DEVICE", "auto"),
             dtype=os.environ.get("DEMO_DTYPE", "auto"),
@@ -161,7 +163,7 @@ class DocumentSettings:
 
 @dataclass(frozen=True)
 class ImageSettings:
-    """Limits on images users attach (and the API server receives), applied by app/media.py before an image is
+    """Limits on images users attach (and the API server receives), applied by app/domain/media.py before an image is
     decoded, stored or shown to a model. Pillow's own decompression-bomb limit (about 89 million pixels) caps
     max_pixels as well."""
 
@@ -304,8 +306,8 @@ class McpSettings:
     config_path: str = ""
     call_timeout_s: float = 60.0  # one tool call; past it the call is cancelled and the model reads an error
     connect_timeout_s: float = 15.0  # starting or reaching a server, its handshake and its tool list
-    # The app's own MCP server over HTTP (app/mcp_server.py) requires this key as a bearer token (empty: one it
-    # generates) and accepts browser requests from these origins only.
+    # The app's own MCP server over HTTP (app/frontends/mcp/server.py) requires this key as a bearer token (empty: one
+    # it generates) and accepts browser requests from these origins only.
     server_api_key: str = field(default="", repr=False)
     server_allow_origins: tuple[str, ...] = ()
     # Servers that need sign-in (OAuth, app/mcp_client/oauth.py): the authorization server sends the browser back to
@@ -405,7 +407,7 @@ class SchemaLimits:
     max_pattern: int = 300  # characters of one regex (pattern, patternProperties)
     compile_timeout_s: float = 10.0  # a grammar not compiled by then is refused (transformers backend)
     # CPU seconds for the regexes of one validation against a schema from outside, together
-    # (app/schema_validation.py): a value not checked by then is refused. Python's `re` took 0.9 s for `^(a+)+$`
+    # (app/limits/schema_validation.py): a value not checked by then is refused. Python's `re` took 0.9 s for `^(a+)+$`
     # against 25 characters, doubling with each.
     regex_timeout_s: float = 0.5
 
@@ -424,8 +426,8 @@ class SchemaLimits:
 
 @dataclass(frozen=True)
 class HTTPTimeouts:
-    """How long the API and MCP servers wait for a client (app/http_timeouts.py): a connection that stays idle, or
-    a request whose headers or body never complete (a half-open or trickling client), is closed after these."""
+    """How long the API and MCP servers wait for a client (app/limits/http_timeouts.py): a connection that stays idle,
+    or a request whose headers or body never complete (a half-open or trickling client), is closed after these."""
 
     keep_alive_s: float = 5.0  # idle between requests on a kept-alive connection
     headers_s: float = 10.0  # from connecting (or the first byte of the next request) to the end of its headers
@@ -467,7 +469,7 @@ class RequestLimits:
 
 @dataclass(frozen=True)
 class ServerSettings:
-    """Everything the API server (app/server/) is built from: the model it serves, under which name, to whom, and
+    """Everything the API server (app/frontends/api/) is built from: the model it serves, under which name, to whom, and
     its limits. `from_env` gives the defaults its command line starts from."""
 
     model: ModelSettings = ModelSettings()  # loaded at start-up, unless the app is handed a loaded client
@@ -485,9 +487,9 @@ class ServerSettings:
     shutdown_timeout_s: float = 2.0
 
     @classmethod
-    def from_env(cls) -> ServerSettings:
+    def from_env(cls, choose_backend: Callable[[str], str]) -> ServerSettings:
         return cls(
-            model=ModelSettings.from_env(),
+            model=ModelSettings.from_env(choose_backend),
             host=os.environ.get("HOST", cls.host),
             api_key=os.environ.get("DEMO_SERVER_API_KEY") or None,
             cors_origins=comma_list(os.environ.get("DEMO_SERVER_CORS_ORIGINS", "")),

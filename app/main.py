@@ -1,40 +1,7 @@
-"""Entry point: `streamlit run app/main.py`. Shared sidebar, then the selected page."""
+"""Entry point: `streamlit run app/main.py` (`make run` serves it through app/frontends/streamlit/web.py). The app
+itself lives in app/frontends/streamlit/; this script only runs it, since Streamlit re-executes its entry script on
+every interaction."""
 
-from __future__ import annotations
+from app.frontends.streamlit.navigation import run
 
-from pathlib import Path
-
-import streamlit as st
-
-from app.config import offline_by_default
-from app.ui import history, mcp_sign_in, persistence, sidebar, state
-from app.ui.tool_settings import KEPT_PREFIX
-
-offline_by_default()
-# An emoji icon is drawn in the browser; a :material/...: one is fetched from fonts.gstatic.com on every load.
-st.set_page_config(page_title="Composite LLM demo", page_icon="💬", layout="wide")
-
-# Not "pages/": Streamlit treats a pages/ folder next to the entry script as a legacy multipage app and, on a fresh
-# server, serves a deep link such as /tools as that file alone (no sidebar) until st.navigation
-# has run once.
-_PAGES_DIR = Path(__file__).parent / "views"
-pages = {
-    "chat": st.Page(_PAGES_DIR / "chat.py", title="Chat", icon=":material/chat:", default=True),
-    "tools": st.Page(_PAGES_DIR / "tools.py", title="Tools", icon=":material/build:"),
-    "all_tools": st.Page(_PAGES_DIR / "all_tools.py", title="All Tools", icon=":material/handyman:"),
-    "compare": st.Page(_PAGES_DIR / "compare.py", title="Compare", icon=":material/view_column:"),
-}
-# Streamlit forgets a widget's value when a run does not draw it; keep page settings across page switches.
-for key in [k for k in st.session_state if isinstance(k, str) and k.startswith(KEPT_PREFIX)]:
-    st.session_state[key] = st.session_state[key]
-current = st.navigation(list(pages.values()))
-page_name = next(name for name, page in pages.items() if page.url_path == current.url_path)
-state.wait_for_interrupted_turn()  # a Stop (or any click) during a turn: the answer so far is recorded first
-conversation = state.conversation(page_name)
-persistence.open_from_url(page_name, conversation)  # a refresh or a link reopens the saved conversation
-persistence.save(page_name, conversation)  # what the last run changed (a stopped answer, Regenerate, Resend)
-mcp_sign_in.finish_from_url()  # back from an MCP server's sign-in page, with ?code=...&state=...
-sidebar.render()
-if page_name != "compare":  # its panes are not one conversation; "Continue in Chat" saves one
-    history.render(page_name, conversation)
-current.run()
+run()

@@ -2,7 +2,7 @@
 shared engine, as the page runs them, against two engines of the same model (what two apps or two windows of a
 tool that loads a model per pane would do), and against one engine asked twice, one answer after the other.
 
-Each mode runs in a process of its own, through the Compare runner (app/compare/runner.py) with a ClientPool, and
+Each mode runs in a process of its own, through the Compare runner (app/compare/compare_run.py) with a ClientPool, and
 reports the wall time from sending to the last token of both answers, each answer's decode speed, and the memory
 the process gained by loading the models (resident set after loading minus before, torch already imported). Every
 answer is exactly N new tokens (EOS ignored), seeded. Targets (SmolLM2 on a 2-core CPU): shared wall time <= 0.75x
@@ -30,12 +30,12 @@ def worker(conn: Any, model: str, mode: str, tokens: int, rounds: int) -> None:
     import torch  # noqa: F401 - imported before the first reading: the memory counted is the models'
     import transformers  # noqa: F401
 
-    from app.clients.base import GenerationParams
-    from app.compare.clients import ClientPool
-    from app.compare.runner import run_all
+    from app.clients.client_protocol import GenerationParams
+    from app.clients.pool import ClientPool
+    from app.compare.compare_run import run_all
     from app.compare.targets import Target
     from app.config import ModelSettings
-    from app.conversation import Conversation, Message
+    from app.domain.conversation import Conversation, Message
 
     process = psutil.Process()
     before = process.memory_info().rss
@@ -82,7 +82,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=96, help="new tokens per answer (EOS ignored)")
     parser.add_argument("--rounds", type=int, default=2, help="measured comparisons per mode (median)")
     args = parser.parse_args()
-    from app.embedded_model import ensure_embedded_model
+    from app.clients.embedded_model import ensure_embedded_model
 
     model = args.model or str(ensure_embedded_model())
     figures = {mode: run_mode(model, mode, args.tokens, args.rounds) for mode in MODES}

@@ -109,7 +109,7 @@ def measure(stream: Stream, sessions: int, tokens: int, lone_answer_s: float) ->
 def worker(conn, model: str, max_batch: int, path: str) -> None:
     """One mode in a process of its own: two models driven from one process slow each other down (each generating
     thread gets its own OpenMP team, and the teams fight over the cores), which would blur the comparison."""
-    from app.clients.hf.client import HFClient
+    from app.clients.hf.hf_client import HFClient
     from app.config import ModelSettings
 
     client = HFClient(ModelSettings(model_path=model, hf_max_batch=max_batch))

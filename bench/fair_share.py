@@ -34,7 +34,7 @@ def run(client, share: int, prompts: int, tokens: int) -> tuple[float, float, in
     import openai
 
     from app.config import RequestLimits, ServerSettings
-    from app.server.api import create_app
+    from app.frontends.api.server_app import create_app
     from harness.local_http import serving
 
     settings = ServerSettings(limits=RequestLimits(prompts_at_once=share), max_generations=max(64, share))
@@ -63,7 +63,7 @@ def main() -> None:
     parser.add_argument("--share", type=int, default=4, help="prompts of one request at a time (default: 4)")
     args = parser.parse_args()
 
-    from app.clients.hf.client import HFClient
+    from app.clients.hf.hf_client import HFClient
     from app.config import ModelSettings, offline_by_default
     from tests.tiny_model import build_tiny_model
 

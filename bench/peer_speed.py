@@ -156,7 +156,7 @@ def start_llama_server(binary: Path, gguf: Path, threads: int) -> tuple[Ask, Cal
 
 
 def our_server(backend: str, threads: int) -> tuple[Ask, Callable[[], None], str]:
-    """Our server (`python -m app.server`, a process of its own, as `make serve` runs it) on `backend`: "" (none
+    """Our server (`python -m app.frontends.api`, a process of its own, as `make serve` runs it) on `backend`: "" (none
     named: the default engine here, what `make serve` starts), "llamacpp", "hf" (its default precision, float32 on
     a CPU) or "hf-bfloat16"."""
     from app.clients.choice import default_backend
@@ -167,7 +167,7 @@ def our_server(backend: str, threads: int) -> tuple[Ask, Callable[[], None], str
     env = {key: value for key, value in os.environ.items() if key not in ("DEMO_BACKEND", "DEMO_MODEL")}
     env.update({"DEMO_MAX_CONTEXT": str(CONTEXT), "DEMO_LLAMACPP_THREADS": str(threads), "DEMO_DTYPE": dtype or "auto"})
     named = ["--backend", engine] if engine else []
-    process = subprocess.Popen([sys.executable, "-m", "app.server", *named, "--port", str(port),
+    process = subprocess.Popen([sys.executable, "-m", "app.frontends.api", *named, "--port", str(port),
                                 "--served-model-name", "bench"], env=env, cwd=ROOT,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_until_healthy(f"http://127.0.0.1:{port}/health", process)
@@ -239,8 +239,8 @@ def main() -> None:
                              "ours-hf, ours-hf-bfloat16")
     args = parser.parse_args()
 
-    from app.clients.llamacpp.client import default_threads
-    from app.embedded_model import gguf_path
+    from app.clients.embedded_model import gguf_path
+    from app.clients.llamacpp.llamacpp_client import default_threads
 
     threads = args.threads or default_threads()
     gguf = gguf_path()

@@ -43,7 +43,7 @@ def conversation(nonce: int, turns: int) -> list[dict[str, str]]:
 
 def ask(client: Any, messages: list[dict[str, str]], tokens: int = 24) -> tuple[float, str, Any]:
     """Time to first token, the text, the metrics of one greedy answer."""
-    from app.clients.base import GenerationParams
+    from app.clients.client_protocol import GenerationParams
 
     sent = time.perf_counter()
     first = None
@@ -59,7 +59,7 @@ def ask(client: Any, messages: list[dict[str, str]], tokens: int = 24) -> tuple[
 
 def decode_speed(client: Any, sessions: int, tokens: int) -> float:
     """Aggregate tok/s of `sessions` answers of `tokens` tokens (EOS ignored) sent at once."""
-    from app.clients.base import GenerationParams
+    from app.clients.client_protocol import GenerationParams
 
     params = GenerationParams(temperature=0.0, max_new_tokens=tokens, ignore_eos=True)
     counts = [0] * sessions
@@ -90,7 +90,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=128, help="new tokens per answer for decode speed")
     args = parser.parse_args()
 
-    from app.clients.hf.client import HFClient
+    from app.clients.hf.hf_client import HFClient
     from app.config import ModelSettings
 
     model = args.model

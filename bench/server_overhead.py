@@ -38,7 +38,7 @@ def start_our_server(client, served_name: str = "bench") -> tuple[str, object]:
     import uvicorn
 
     from app.config import ServerSettings
-    from app.server.api import create_app
+    from app.frontends.api.server_app import create_app
     from harness.local_http import free_port
 
     port = free_port()
@@ -89,7 +89,7 @@ def main() -> None:
 
     import openai
 
-    from app.clients.hf.client import HFClient
+    from app.clients.hf.hf_client import HFClient
     from app.config import ModelSettings
 
     client = HFClient(ModelSettings())
@@ -107,9 +107,9 @@ def main() -> None:
 def compare_vllm(args) -> None:
     import openai
 
+    from app.clients.embedded_model import ensure_embedded_model
     from app.clients.vllm import VLLMClient
     from app.config import ModelSettings
-    from app.embedded_model import ensure_embedded_model
     from harness.local_http import free_port
 
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")

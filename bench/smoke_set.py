@@ -4,7 +4,7 @@ Runs every conversation of tests/data/smoke_set.json through the same turn the C
 max new tokens 512) for several seeds, once per column, and prints side by side how many answers contain the
 expected fact and how many ran to the token limit (the mark of a repetition loop):
 
-- "model defaults": what the sidebar starts with now (app/generation_defaults.py; for SmolLM2 its card's
+- "model defaults": what the sidebar starts with now (app/clients/generation_defaults.py; for SmolLM2 its card's
   temperature 0.2 / top p 0.9 and repetition penalty 1.1; no system prompt of ours, so the template's own);
 - "before": what every model got before (temperature 0.7, top p 0.9, top k 50, repetition penalty 1.0, and the
   system prompt "You are a helpful, concise assistant.");
@@ -22,13 +22,13 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.agent import TurnDone, run_turn
-from app.clients.base import GenerationParams
-from app.clients.hf.client import HFClient
+from app.agent.loop import TurnDone, run_turn
+from app.clients.client_protocol import GenerationParams
+from app.clients.generation_defaults import BUILT_IN
+from app.clients.hf.hf_client import HFClient
 from app.config import ModelSettings
-from app.conversation import Conversation, Message
-from app.generation_defaults import BUILT_IN
-from app.ui.sidebar import DEFAULT_SYSTEM_PROMPT
+from app.domain.conversation import Conversation, Message
+from app.frontends.streamlit.sidebar import DEFAULT_SYSTEM_PROMPT
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE_SET = ROOT / "tests" / "data" / "smoke_set.json"

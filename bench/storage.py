@@ -26,10 +26,10 @@ from pathlib import Path
 
 from sqlalchemy import delete, insert
 
-from app.conversation import AnswerMetrics, Attachment, Message, ToolCall
+from app.domain.conversation import AnswerMetrics, Attachment, Message, ToolCall
 from app.storage import ConversationStore, open_database
 from app.storage.codec import encode_message_json, search_text, title_from
-from app.storage.models import ConversationRow, MessageRow
+from app.storage.tables import ConversationRow, MessageRow
 
 TARGET_MS = 100.0
 WORDS = ("the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxing matches near "

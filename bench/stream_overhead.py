@@ -17,7 +17,7 @@ import time
 import torch
 from transformers.generation.streamers import BaseStreamer
 
-from app.clients.hf.client import HFClient
+from app.clients.hf.hf_client import HFClient
 from app.config import ModelSettings
 from bench.timing import time_client_stream
 

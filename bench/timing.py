@@ -28,7 +28,7 @@ class Sample:
 
 def time_client_stream(client: Any, messages: list[dict[str, Any]], tokens: int) -> Sample:
     """Through `client.stream`, EOS ignored; `tokens` is the client's own completion count."""
-    from app.clients.base import GenerationParams
+    from app.clients.client_protocol import GenerationParams
 
     params = GenerationParams(temperature=0.0, max_new_tokens=tokens, ignore_eos=True)
     sent = time.perf_counter()

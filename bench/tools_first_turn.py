@@ -2,7 +2,7 @@
 in one run: time to the first token of a model that has just loaded, with the page's tool set on offer (the app's
 own tools and more of their kind, 10 in all) and the page's system prompt (empty by default).
 
-The llama.cpp runner reads the tools' schemas when the page loads (`app.agent.warm_turn`), while the user types:
+The llama.cpp runner reads the tools' schemas when the page loads (`app.agent.loop.warm_turn`), while the user types:
 the figure is taken `--typing` seconds after the page loaded (default 10: reading a question and typing one), and
 also at once (0 s), where the first turn waits for what the warm-up has not read yet. transformers reads the whole
 prompt with its first turn either way.
@@ -17,8 +17,8 @@ import statistics
 import threading
 import time
 
-from app.clients.base import Client, GenerationParams, PromptWarming, ToolRequest
-from app.clients.registry import create_client
+from app.clients.backends import create_client
+from app.clients.client_protocol import Client, GenerationParams, PromptWarming, ToolRequest
 from app.config import ModelSettings
 from bench.peer_speed import tool_schemas
 
@@ -30,7 +30,7 @@ def first_turn_ttft(backend: str, typing_s: float) -> float:
     client: Client = create_client(ModelSettings(backend=backend, max_context_tokens=4096))
     try:
         tools = ToolRequest(tuple(tool_schemas()))
-        if isinstance(client, PromptWarming):  # what the page does when it loads (app.agent.warm_turn)
+        if isinstance(client, PromptWarming):  # what the page does when it loads (app.agent.loop.warm_turn)
             client.warm([], PARAMS, tools)
         time.sleep(typing_s)
         started = time.perf_counter()

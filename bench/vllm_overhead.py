@@ -45,7 +45,7 @@ def raw_tokens_per_second(model: str, token_ids: list[int], tokens: int, runs: i
 
 
 def client_stream(client, tokens: int) -> tuple[int, float]:
-    from app.clients.base import GenerationParams
+    from app.clients.client_protocol import GenerationParams
 
     params = GenerationParams(temperature=0.0, max_new_tokens=tokens, ignore_eos=True)
     started = time.perf_counter()

@@ -83,10 +83,10 @@ def serving(asgi_app: Any) -> Iterator[str]:
     import uvicorn
 
     from app.config import HTTPTimeouts
-    from app.http_timeouts import uvicorn_options
+    from app.limits.http_timeouts import uvicorn_options
 
     # Requests still running 2 s after the stop are cancelled (and their generations with them); the same
-    # connection time limits as `python -m app.server`.
+    # connection time limits as `python -m app.frontends.api`.
     server = uvicorn.Server(uvicorn.Config(asgi_app, host="127.0.0.1", port=free_port(), log_level="warning",
                                            timeout_graceful_shutdown=2, **uvicorn_options(HTTPTimeouts.from_env())))
     thread = threading.Thread(target=server.run, daemon=True)

@@ -108,7 +108,7 @@ def tiny_vlm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_vlm_client(tiny_vlm_dir: Path):
-    from app.clients.hf.client import HFClient
+    from app.clients.hf.hf_client import HFClient
     from app.config import ModelSettings
 
     return HFClient(ModelSettings(dtype="float32", model_path=str(tiny_vlm_dir), device="cpu"))
@@ -116,7 +116,7 @@ def tiny_vlm_client(tiny_vlm_dir: Path):
 
 @pytest.fixture(scope="session")
 def smollm2_dir() -> Path:
-    from app.embedded_model import ensure_embedded_model
+    from app.clients.embedded_model import ensure_embedded_model
 
     return ensure_embedded_model()
 
@@ -126,7 +126,7 @@ def smollm2_dir() -> Path:
 # luck.
 @pytest.fixture(scope="session")
 def tiny_client(tiny_model_dir: Path):
-    from app.clients.hf.client import HFClient
+    from app.clients.hf.hf_client import HFClient
     from app.config import ModelSettings
 
     return HFClient(ModelSettings(dtype="float32", model_path=str(tiny_model_dir), device="cpu"))
@@ -134,7 +134,7 @@ def tiny_client(tiny_model_dir: Path):
 
 @pytest.fixture(scope="session")
 def smol_client(smollm2_dir: Path):
-    from app.clients.hf.client import HFClient
+    from app.clients.hf.hf_client import HFClient
     from app.config import ModelSettings
 
     return HFClient(ModelSettings(model_path=str(smollm2_dir), device="cpu"))
@@ -229,7 +229,7 @@ def gguf_client():
     from tests.helpers import require_llama_cpp
 
     require_llama_cpp()
-    from app.clients.llamacpp.client import LlamaCppClient
+    from app.clients.llamacpp.llamacpp_client import LlamaCppClient
     from app.config import ModelSettings
 
     client = LlamaCppClient(ModelSettings(backend="llamacpp", max_context_tokens=2048))

@@ -17,7 +17,7 @@ from alembic import command
 from sqlalchemy import Engine, create_engine, make_url, text
 
 from app.storage import sqlite as sqlite_setup
-from app.storage.engine import _json_dumps, database_url
+from app.storage.database import _json_dumps, database_url
 from app.storage.migrate import alembic_config
 from harness.local_http import free_port
 

@@ -1,9 +1,9 @@
 """A scripted stand-in for a model, for tests of the logic around one (the agent's tool loop above all).
 
-`ScriptedClient` speaks the real `Client` protocol (app/clients/base.py): backend, capabilities, generation defaults,
-describe(), stream(), complete(), activity(), close(). Each call of `stream` or `complete` plays the next scripted
-reply, a list of `Delta`s, and records what the client was asked (messages, params, tools, response format; a raw
-completion's prompt and suffix) in `requests`:
+`ScriptedClient` speaks the real `Client` protocol (app/clients/client_protocol.py): backend, capabilities, generation
+defaults, describe(), stream(), complete(), activity(), close(). Each call of `stream` or `complete` plays the next
+scripted reply, a list of `Delta`s, and records what the client was asked (messages, params, tools, response format; a
+raw completion's prompt and suffix) in `requests`:
 
     client = ScriptedClient([call_reply(ToolCall("calculator", {"expression": "6 * 7"})), text_reply("42.")])
     events = list(run_turn(client, conversation, params, tools=...))
@@ -27,9 +27,16 @@ from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from app.clients.base import Capabilities, Delta, GenerationParams, ModelActivity, ResponseFormat, ToolRequest
-from app.conversation import AnswerMetrics, CallFragment, ToolCall
-from app.generation_defaults import GenerationDefaults
+from app.clients.client_protocol import (
+    Capabilities,
+    Delta,
+    GenerationParams,
+    ModelActivity,
+    ResponseFormat,
+    ToolRequest,
+)
+from app.clients.generation_defaults import GenerationDefaults
+from app.domain.conversation import AnswerMetrics, CallFragment, ToolCall
 
 Reply = list[Delta | BaseException] | BaseException  # the deltas of one answer, maybe an error among or instead of them
 FINISH_REASONS = ("stop", "length", "tool_calls", "cancelled")

@@ -17,12 +17,19 @@ import pytest
 import streamlit as st
 from streamlit.testing.v1 import AppTest
 
-from app.clients.base import Client, Delta, GenerationParams, ResponseFormat, ToolRequest
+from app.clients.client_protocol import Client, Delta, GenerationParams, ResponseFormat, ToolRequest
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"  # logs and screenshots worth keeping
 MAIN = str(ROOT / "app" / "main.py")
 DOCS = ROOT / "docs"  # the README's screenshots: drawn by the browser tests, so they show the page as it is
+
+
+# The pages' scripts, as AppTest names them: relative to app/main.py.
+CHAT_PAGE = "frontends/streamlit/views/chat_view.py"
+TOOLS_PAGE = "frontends/streamlit/views/tools_view.py"
+ALL_TOOLS_PAGE = "frontends/streamlit/views/all_tools_view.py"
+COMPARE_PAGE = "frontends/streamlit/views/compare_view.py"
 
 
 # ----- clients -----------------------------------------------------------------------------------------------------
@@ -68,11 +75,11 @@ def at_once(threads: int, work: Callable[[int], None], timeout_s: float = 120) -
 # ----- the app in AppTest ------------------------------------------------------------------------------------------
 
 def forget_preferences() -> None:
-    """The local user's stored settings (app/ui/preferences.py) cleared in the database the app will use: each
-    AppTest starts as a first visit, not with the settings an earlier test chose."""
+    """The local user's stored settings (app/frontends/streamlit/preferences.py) cleared in the database the app will
+    use: each AppTest starts as a first visit, not with the settings an earlier test chose."""
+    from app.frontends.streamlit.persistence import LOCAL_OWNER
     from app.storage import ConversationStore, StorageError
-    from app.storage.engine import open_database
-    from app.ui.persistence import LOCAL_OWNER
+    from app.storage.database import open_database
 
     try:
         engine = open_database()
@@ -207,15 +214,15 @@ def pdf_bytes(text: str) -> bytes:
 
 @contextmanager
 def streamlit_app(env: dict[str, str], log_name: str = "streamlit.log") -> Iterator[str]:
-    """The app as `make run` serves it (`streamlit run app/web.py`: app/main.py behind its Content-Security-Policy)
-    on a free 127.0.0.1 port with `env`; yields its URL, stops it after."""
+    """The app as `make run` serves it (`streamlit run app/frontends/streamlit/web.py`: app/main.py behind its
+    Content-Security-Policy) on a free 127.0.0.1 port with `env`; yields its URL, stops it after."""
     from harness.local_http import free_port
     from harness.processes import server_process
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    command = [sys.executable, "-m", "streamlit", "run", "app/web.py", "--server.address", "127.0.0.1",
-               "--server.port", str(port), "--server.headless", "true"]
+    command = [sys.executable, "-m", "streamlit", "run", "app/frontends/streamlit/web.py",
+               "--server.address", "127.0.0.1", "--server.port", str(port), "--server.headless", "true"]
     with server_process(command, f"{url}/_stcore/health", cwd=ROOT, env=env, log=ARTIFACTS / log_name,
                         start_timeout_s=60):
         yield url

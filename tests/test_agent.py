@@ -10,9 +10,9 @@ import inspect
 import threading
 from contextlib import closing
 
-from app.agent import AnswerDone, Notice, TextDelta, ThinkingDelta, TurnDone, TurnError, Waiting, run_turn
-from app.clients.base import Client, ClientError, Delta, GenerationParams, ModelActivity
-from app.conversation import Conversation, Message
+from app.agent.loop import AnswerDone, Notice, TextDelta, ThinkingDelta, TurnDone, TurnError, Waiting, run_turn
+from app.clients.client_protocol import Client, ClientError, Delta, GenerationParams, ModelActivity
+from app.domain.conversation import Conversation, Message
 from tests.fake_client import ScriptedClient, text_reply, thinking
 
 PARAMS = GenerationParams(temperature=0.0, max_new_tokens=16)

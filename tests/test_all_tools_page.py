@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import open_app
+from tests.helpers import ALL_TOOLS_PAGE, open_app
 
 
 @pytest.fixture
 def app(monkeypatch, smollm2_dir):
     monkeypatch.delenv("DEMO_IMAGE_API_URL", raising=False)
-    with open_app(monkeypatch, smollm2_dir, page="views/all_tools.py", timeout=240, temperature=0.0,
+    with open_app(monkeypatch, smollm2_dir, page=ALL_TOOLS_PAGE, timeout=240, temperature=0.0,
                   max_new_tokens=300) as at:
         yield at
 
@@ -44,7 +44,7 @@ def test_without_a_sandbox_the_page_says_why_and_offers_no_python(monkeypatch, t
     monkeypatch.setenv("PATH", str(tmp_path))  # a machine without bubblewrap
     isolation._bubblewrap_works.cache_clear()
     try:
-        with open_app(monkeypatch, tiny_model_dir, page="views/all_tools.py") as at:
+        with open_app(monkeypatch, tiny_model_dir, page=ALL_TOOLS_PAGE) as at:
             assert "python" not in at.selectbox(key="settings.all_tools.choice").options
             warning = at.warning[0].value
             assert warning.startswith("The Python tool is off.") and "apt-get install bubblewrap" in warning

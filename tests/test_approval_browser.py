@@ -145,7 +145,7 @@ def test_a_call_a_web_page_steered_waits_and_says_why(approval_app, approval_dat
     """A conversation where a page told the model to send the conversation elsewhere, and the model obeyed (as the
     135M model does not reliably do on cue, the conversation is stored as it would be): open_url runs without
     asking, yet this call waits, and its card names the words and where they came from."""
-    from app.conversation import Message, ToolCall
+    from app.domain.conversation import Message, ToolCall
     from app.storage import ConversationStore, open_database
 
     store = ConversationStore(open_database(approval_database))

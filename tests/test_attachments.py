@@ -1,4 +1,4 @@
-"""app/attachments.py: the text and files of the message box become one user Message, without Streamlit. Pictures
+"""app/agent/attachments.py: the text and files of the message box become one user Message, without Streamlit. Pictures
 are made with Pillow, documents with reportlab and python-docx."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import io
 import pytest
 from PIL import Image
 
-from app.attachments import ATTACHMENT_TYPES, is_image_name, user_message
-from app.media import ImageError
+from app.agent.attachments import ATTACHMENT_TYPES, is_image_name, user_message
+from app.domain.media import ImageError
 from app.tools.documents import DocumentError
 from tests.helpers import pdf_bytes
 from tests.test_documents import docx_bytes

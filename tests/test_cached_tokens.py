@@ -8,9 +8,9 @@ import uuid
 import openai
 import pytest
 
-from app.clients.hf.client import HFClient
+from app.clients.hf.hf_client import HFClient
 from app.config import ModelSettings, ServerSettings
-from app.server.api import create_app
+from app.frontends.api.server_app import create_app
 from harness.local_http import serving
 
 

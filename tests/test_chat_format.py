@@ -4,9 +4,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.chat_format import PromptTooLong, ResponseProcessor, fit_to_context, process_input, process_response
-from app.conversation import AnswerMetrics, CallFragment, Conversation, Message
-from app.dialects import DIALECTS
+from app.domain.conversation import AnswerMetrics, CallFragment, Conversation, Message
+from app.prompting.chat_format import PromptTooLong, ResponseProcessor, fit_to_context, process_input, process_response
+from app.prompting.dialects import DIALECTS
 
 HERMES = DIALECTS["hermes"]
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {

@@ -8,9 +8,9 @@ from contextlib import closing
 
 import pytest
 
-from app.agent import TextDelta, run_turn
-from app.clients.base import GenerationParams
-from app.conversation import Conversation, Message
+from app.agent.loop import TextDelta, run_turn
+from app.clients.client_protocol import GenerationParams
+from app.domain.conversation import Conversation, Message
 from tests.helpers import open_app
 
 

@@ -8,7 +8,7 @@ import time
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.code_blocks import strip_code_fence
+from app.prompting.code_blocks import strip_code_fence
 
 # The specification: what the one-regex version returned (slow on long runs of blank lines, exact otherwise).
 _REFERENCE = re.compile(r"^\s*```(?:python|py)?\s*\n(.*?)\n?```\s*$", re.DOTALL)

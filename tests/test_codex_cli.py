@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 
-from app.clients.hf.client import HFClient
+from app.clients.hf.hf_client import HFClient
 from app.config import ModelSettings, ServerSettings
-from app.server.api import create_app
+from app.frontends.api.server_app import create_app
 from harness.codex_cli import CODEX_VERSION, CodexUnavailable, codex_binary
 from harness.local_http import serving
 from harness.processes import stop

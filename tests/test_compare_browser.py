@@ -67,7 +67,7 @@ def compare_app_with_api(smollm2_dir, browser, tmp_path_factory):
 
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    command = [sys.executable, "-m", "app.server", "--model", str(smollm2_dir), "--port", str(port)]
+    command = [sys.executable, "-m", "app.frontends.api", "--model", str(smollm2_dir), "--port", str(port)]
     server_env = {**os.environ, "HF_HUB_OFFLINE": "1", "DEMO_DEVICE": "cpu"}
     greedy = {"temperature": 0, "max_new_tokens": 40}
     targets = [{"label": "Transformers in the app", "sampling": greedy},

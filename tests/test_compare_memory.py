@@ -1,4 +1,4 @@
-"""Compare's memory accounting (app/compare/memory.py): each backend's estimate from real files on disk (sparse
+"""Compare's memory accounting (app/clients/memory_fit.py): each backend's estimate from real files on disk (sparse
 files of weight-file sizes, no model loaded), and check_fit refusing what cannot fit with the figures in its
 message, counting shared settings once, loaded ones not at all, and never refusing remote or unknown needs."""
 
@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from app.compare import memory
-from app.compare.memory import DoesNotFit, check_fit, describe_bytes, free_bytes, need_for, total_bytes
+from app.clients import memory_fit as memory
+from app.clients.embedded_model import gguf_path, is_converted, model_folder
+from app.clients.memory_fit import DoesNotFit, check_fit, describe_bytes, free_bytes, need_for, total_bytes
 from app.config import ModelSettings, VLLMOptions
-from app.embedded_model import gguf_path, is_converted, model_folder
 
 MB = 10**6
 GB = 10**9

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from app.frontends.streamlit.compare_panes import pane_models as models
 from app.storage import CompareVoteStore, ConversationStore
-from app.ui.compare import models
-from tests.helpers import open_app
+from tests.helpers import COMPARE_PAGE, open_app
 
 PAGE = "compare"
 
@@ -26,7 +26,7 @@ PAGE = "compare"
 @pytest.fixture
 def app(monkeypatch, tiny_model_dir, database):
     monkeypatch.delenv("DEMO_COMPARE_TARGETS", raising=False)
-    with open_app(monkeypatch, tiny_model_dir, page="views/compare.py", timeout=180) as at:
+    with open_app(monkeypatch, tiny_model_dir, page=COMPARE_PAGE, timeout=180) as at:
         for slot in range(2):
             at.number_input(key=f"settings.compare.target{slot}.max_new_tokens").set_value(12)
         at.run()

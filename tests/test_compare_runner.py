@@ -1,6 +1,6 @@
-"""Compare's runner (app/compare/runner.py): one conversation to several targets at once, each on its own thread with
-its own copy of the conversation, tool loop and Stop; what each came to (app/compare/results.py); and the shared
-clients (app/compare/clients.py).
+"""Compare's runner (app/compare/compare_run.py): one conversation to several targets at once, each on its own thread
+with its own copy of the conversation, tool loop and Stop; what each came to (app/compare/results.py); and the shared
+clients (app/clients/pool.py).
 
 Scripted clients (tests/fake_client.py) show the logic exactly: targets that meet mid-answer at a barrier (they can
 only if both stream at the same time), a Stop in one while the other waits to go on. The tiny random model shows
@@ -20,14 +20,14 @@ from typing import Any
 
 import pytest
 
-from app.agent import AnswerDone, Decision, Notice, TextDelta, ToolSettings, TurnDone, TurnError
-from app.clients.base import ClientError, Delta, GenerationParams
-from app.compare.clients import ClientPool
-from app.compare.memory import check_fit
-from app.compare.runner import RunFinished, run_all, start_comparison
+from app.agent.loop import AnswerDone, Decision, Notice, TextDelta, ToolSettings, TurnDone, TurnError
+from app.clients.client_protocol import ClientError, Delta, GenerationParams
+from app.clients.memory_fit import check_fit
+from app.clients.pool import ClientPool
+from app.compare.compare_run import RunFinished, run_all, start_comparison
 from app.compare.targets import Target, TargetsError
 from app.config import ModelSettings
-from app.conversation import CallFragment, Conversation, Message, ToolCall
+from app.domain.conversation import CallFragment, Conversation, Message, ToolCall
 from app.tools import load_tools
 from tests.fake_client import ScriptedClient, call_reply, text_reply
 

@@ -1,4 +1,4 @@
-"""Compare's targets (app/compare/targets.py) and the headless prompts file (app/compare/prompts.py): what a file may
+"""Compare's targets (app/compare/targets.py) and the headless prompts file (app/compare/prompt_set.py): what a file may
 say, what it may not (each refusal naming the target or line and the field), the two default targets, and the
 examples `make compare` runs. No model is loaded."""
 
@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from app.compare.prompts import PromptsError, load_prompts
+from app.clients.embedded_model import model_folder
+from app.clients.generation_defaults import defaults_for_settings
+from app.compare.prompt_set import PromptsError, load_prompts
 from app.compare.targets import (
     MAX_TARGETS,
     Target,
@@ -21,8 +23,6 @@ from app.compare.targets import (
     parse_targets,
 )
 from app.config import ModelSettings
-from app.embedded_model import model_folder
-from app.generation_defaults import defaults_for_settings
 from app.tools import load_tools
 
 ROOT = Path(__file__).resolve().parent.parent

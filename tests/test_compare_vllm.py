@@ -12,13 +12,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from app.agent import AnswerDone, TextDelta
-from app.clients.base import GenerationParams
-from app.compare.clients import ClientPool
-from app.compare.runner import RunFinished, run_all, start_comparison
+from app.agent.loop import AnswerDone, TextDelta
+from app.clients.client_protocol import GenerationParams
+from app.clients.pool import ClientPool
+from app.compare.compare_run import RunFinished, run_all, start_comparison
 from app.compare.targets import Target
 from app.config import ModelSettings
-from app.conversation import Conversation, Message
+from app.domain.conversation import Conversation, Message
 
 
 def test_the_same_model_on_vllm_and_transformers_side_by_side(vllm_smol, smol_client, smollm2_dir: Path):

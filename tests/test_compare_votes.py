@@ -21,10 +21,10 @@ from app.compare.ratings import leaderboard
 from app.compare.results import TargetResult
 from app.compare.targets import Target
 from app.config import ModelSettings
-from app.conversation import AnswerMetrics, Message
+from app.domain.conversation import AnswerMetrics, Message
 from app.storage import CompareVote, CompareVoteStore, ConversationStore, VoteOutcome
 from app.storage.migrate import current_revision, head_revision, upgrade_to_head
-from app.storage.models import TRIGRAM_INDEX, Base
+from app.storage.tables import TRIGRAM_INDEX, Base
 from tests.database import engine_at, migrate
 
 UNICODE = 'Grüße, 世界 🌍 — "quoted" \\ back\\slash, tab\t, \u2028 line separator'

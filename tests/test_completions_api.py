@@ -11,12 +11,12 @@ import httpx
 import openai
 import pytest
 
-from app.clients.base import ClientError, Delta, GenerationParams
-from app.clients.hf.client import HFClient
+from app.clients.client_protocol import ClientError, Delta, GenerationParams
+from app.clients.hf.hf_client import HFClient
 from app.clients.openai import OpenAIClient
 from app.clients.raw_prompt import raw_prompt_ids
 from app.config import ModelSettings, RequestLimits, ServerSettings
-from app.server.api import create_app
+from app.frontends.api.server_app import create_app
 from harness.local_http import serving
 from tests.fake_client import ScriptedClient, text_reply
 from tests.tiny_model import build_tiny_model

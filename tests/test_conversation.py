@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from app.conversation import AnswerMetrics, Conversation, Message, ToolCall
+from app.domain.conversation import AnswerMetrics, Conversation, Message, ToolCall
 
 
 def test_openai_round_trip_keeps_every_role_and_tool_call():

@@ -1,12 +1,12 @@
-"""The app as `make run` serves it (`streamlit run app/web.py`) sends a Content-Security-Policy, works under it in
-Chromium (a message is answered, no violation by the app's own code), and the browser refuses a remote image that
-got into the page anyway: the second line behind the markdown sanitiser."""
+"""The app as `make run` serves it (`streamlit run app/frontends/streamlit/web.py`) sends a Content-Security-Policy,
+works under it in Chromium (a message is answered, no violation by the app's own code), and the browser refuses a remote
+image that got into the page anyway: the second line behind the markdown sanitiser."""
 
 from __future__ import annotations
 
 import os
 
-from app.ui.csp import HEADER
+from app.frontends.streamlit.csp import HEADER
 from tests.helpers import generation_settings, streamlit_app
 from tests.test_remote_images_browser import listener
 

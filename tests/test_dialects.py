@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.dialects import DIALECTS, Detection, Dialect, detect_dialect, dialect_detection, get_dialect
-from app.dialects.hermes import HermesDialect
+from app.prompting.dialects import DIALECTS, Detection, Dialect, detect_dialect, dialect_detection, get_dialect
+from app.prompting.dialects.hermes import HermesDialect
 
 TOOLS = ["get_weather", "calculator", "current_time"]
 hermes, glm4, llama3 = DIALECTS["hermes"], DIALECTS["glm4"], DIALECTS["llama3_json"]

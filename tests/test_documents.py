@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from app.conversation import Message
+from app.domain.conversation import Message
 from app.tools.documents import DocumentError, document_attachment, extract_text
 from tests.helpers import pdf_bytes
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import openai
 import pytest
 
-from app.clients.hf.client import HFClient
+from app.clients.generation_defaults import BUILT_IN, defaults_for_settings, generation_defaults, read_generation_config
+from app.clients.hf.hf_client import HFClient
 from app.config import ModelSettings, ServerSettings
-from app.generation_defaults import BUILT_IN, defaults_for_settings, generation_defaults, read_generation_config
-from app.server.api import create_app
+from app.frontends.api.server_app import create_app
 from harness.local_http import serving
 from tests.helpers import open_app
 

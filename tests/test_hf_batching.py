@@ -16,10 +16,10 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from app.clients.base import ClientError, GenerationParams, ResponseFormat, ToolRequest
+from app.clients.client_protocol import ClientError, GenerationParams, ResponseFormat, ToolRequest
 from app.clients.hf.batch_cache import BatchCache
-from app.clients.hf.client import HFClient
 from app.clients.hf.grammar import GrammarViolation
+from app.clients.hf.hf_client import HFClient
 from app.clients.hf.sampling import TokenPicker
 from app.config import ModelSettings
 from tests.helpers import collect, open_app
@@ -280,8 +280,8 @@ def test_constrained_replies_hold_under_python_optimisations(tiny_model_dir):
     constrained reply after its first token ignored the grammar."""
     script = f"""
 import json, threading
-from app.clients.base import GenerationParams, ResponseFormat
-from app.clients.hf.client import HFClient
+from app.clients.client_protocol import GenerationParams, ResponseFormat
+from app.clients.hf.hf_client import HFClient
 from app.clients.hf.sampling import TokenPicker
 from app.config import ModelSettings
 client = HFClient(ModelSettings(dtype="float32", model_path={str(tiny_model_dir)!r}, device="cpu"))

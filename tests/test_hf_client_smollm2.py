@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from app.clients.base import GenerationParams
-from app.clients.hf.client import HFClient
+from app.clients.client_protocol import GenerationParams
+from app.clients.hf.hf_client import HFClient
 from app.config import ModelSettings
 from tests.helpers import collect
 

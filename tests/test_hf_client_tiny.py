@@ -12,8 +12,8 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from app.clients.base import ClientError, GenerationParams, ResponseFormat, ToolRequest
-from app.clients.hf.client import HFClient
+from app.clients.client_protocol import ClientError, GenerationParams, ResponseFormat, ToolRequest
+from app.clients.hf.hf_client import HFClient
 from app.clients.hf.streamer import IncrementalTextStreamer
 from app.config import ModelSettings
 from tests.helpers import collect
@@ -308,7 +308,7 @@ def test_a_newest_turn_longer_than_the_usual_budget_is_answered_alone_in_the_roo
     answered, alone and shortened, while it leaves 64 tokens (as llama-server and vLLM answer any prompt that fits:
     Codex sends no output limit and was refused an 8,084-token prompt on an 8,192-token model). One that does not
     leave them is refused with its size and the window's."""
-    from app.clients.base import ClientError
+    from app.clients.client_protocol import ClientError
 
     client = HFClient(ModelSettings(dtype="float32", model_path=str(tiny_model_dir), max_context_tokens=200))
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
-from app.clients.base import GenerationParams
+from app.clients.client_protocol import GenerationParams
 from app.clients.hf.sampling import TokenPicker, nucleus
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from playwright.sync_api import expect
 
 from app.storage import ConversationStore
-from app.storage.engine import open_database
+from app.storage.database import open_database
 from tests.helpers import model_loaded, readme_screenshot, settle, streamlit_app
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.conversation import Attachment, Message
+from app.domain.conversation import Attachment, Message
 from tests.helpers import open_app
 
 
@@ -168,7 +168,7 @@ def test_a_stored_conversation_that_cannot_be_read_says_so_and_the_rest_of_the_a
 
     from sqlalchemy import insert
 
-    from app.storage.models import MessageRow
+    from app.storage.tables import MessageRow
 
     broken = database.create("local", "chat", title="Broken")
     with database.engine.begin() as connection:
@@ -201,7 +201,7 @@ def test_a_stored_conversation_that_fails_to_draw_shows_why_instead_of_a_traceba
 
 def test_every_setting_a_page_restores_has_a_checked_type():
     """A setting added to the pages must be added to the stored shape, or imports would refuse it (extra key)."""
+    from app.frontends.streamlit.persistence import SETTINGS_KEYS
     from app.storage.schema import SettingsRecord
-    from app.ui.persistence import SETTINGS_KEYS
 
     assert set(SETTINGS_KEYS) == set(SettingsRecord.model_fields)

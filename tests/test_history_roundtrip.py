@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from app.conversation import AnswerMetrics, Attachment, Conversation, Message, ToolCall
+from app.domain.conversation import AnswerMetrics, Attachment, Conversation, Message, ToolCall
 from app.storage import ConversationStore, ImportRejected, open_database
 from app.storage.codec import decode_message_json, encode_message_json
 from app.storage.transfer import FORMAT_VERSION, MAX_ALL_MESSAGES, MAX_VERSION_DEPTH
@@ -216,7 +216,7 @@ def test_versions_are_kept_in_the_stored_record_and_change_its_text():
     assert "versions" not in encode_message_json(plain) and "version_index" not in encode_message_json(plain)
     switched = Message("user", "hi", versions=[[Message("user", "hello")]], version_index=1)
     texts = {encode_message_json(m) for m in (plain, switched, Message("user", "hi", versions=switched.versions))}
-    assert len(texts) == 3  # what app/ui/persistence.py fingerprints: a switch is a change to save
+    assert len(texts) == 3  # what app/frontends/streamlit/persistence.py fingerprints: a switch is a change to save
 
 
 # ----- the import's guards on versions ------------------------------------------------------------------------

@@ -9,10 +9,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.agent import ApprovalNeeded, Decision, ToolSettings, pending_calls, resume_turn, run_turn
-from app.clients.base import GenerationParams
+from app.agent.loop import ApprovalNeeded, Decision, ToolSettings, pending_calls, resume_turn, run_turn
+from app.clients.client_protocol import GenerationParams
 from app.config import SandboxLimits
-from app.conversation import Attachment, Conversation, Message, ToolCall
+from app.domain.conversation import Attachment, Conversation, Message, ToolCall
 from app.tools.policy import policy_for
 from app.tools.provenance import foreign_text
 from app.tools.session import SessionTools

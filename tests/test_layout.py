@@ -1,5 +1,6 @@
-"""The layers: the core (agent, conversation, clients, tools, storage, ...) never imports a front end, and only the
-Streamlit front end imports its pages and widgets (app/ui, app/views).
+"""The layers: every package of app/ has its place in LAYERS and imports only its own and lower layers; no module
+imports itself back through others; and the core (everything but app/frontends and app/main.py) never imports a
+front end, Streamlit or FastAPI.
 
 The core's modules are imported for real, one after another in a fresh interpreter, with an import hook that notes
 which module's code asked for each new module, so a failure names the chain that pulled a front end in. The source
@@ -17,13 +18,26 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 APP = ROOT / "app"
 
-FRONT_ENDS = ("app/ui", "app/views", "app/server", "app/main.py", "app/web.py", "app/mcp_server.py")
-STREAMLIT_FRONT_ENDS = ("app/ui", "app/views", "app/main.py", "app/web.py")
+# The packages of app/, lowest first. A module may import its own package and the packages of lower layers only:
+# never a higher layer, never another package of its own layer. app/__init__.py and app/config.py are the floor.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("app", "app.config"),
+    ("app.limits",),
+    ("app.domain",),
+    ("app.prompting",),
+    ("app.tools", "app.clients"),
+    ("app.storage",),
+    ("app.mcp_client",),
+    ("app.agent",),
+    ("app.compare",),
+    ("app.frontends", "app.frontends.api", "app.frontends.mcp", "app.frontends.streamlit"),
+    ("app.main",),
+)
+FRONT_ENDS = ("app/frontends", "app/main.py")
 # Run by path, never imported: the sandbox's scripts (inside it, and the launchers that enter it) and Alembic's
 # migration scripts.
 SCRIPTS = ("app/tools/sandbox/inside", "app/tools/sandbox/launchers", "app/storage/migrations")
-FORBIDDEN = ("streamlit", "fastapi", "app.ui", "app.views", "app.server")
-STREAMLIT_ONLY = ("app.ui", "app.views")
+FORBIDDEN = ("streamlit", "fastapi", "app.frontends", "app.main")
 
 
 def relative(path: Path) -> str:
@@ -52,8 +66,9 @@ def test_the_layout_names_real_places_and_the_core_is_what_remains():
     for place in FRONT_ENDS + SCRIPTS:
         assert (ROOT / place).exists(), f"{place} is gone: update the lists in tests/test_layout.py"
     core = {module_name(path) for path in CORE}
-    assert {"app", "app.agent", "app.conversation", "app.clients.base", "app.clients.hf.client", "app.tools.registry",
-            "app.storage.repository", "app.mcp_client.manager"} <= core
+    assert {"app", "app.agent.loop", "app.domain.conversation", "app.clients.client_protocol",
+            "app.clients.hf.hf_client", "app.tools.registry", "app.storage.repository",
+            "app.mcp_client.manager"} <= core
     assert not {name for name in core if is_within(name, FORBIDDEN)}
 
 
@@ -158,16 +173,102 @@ def test_the_source_agrees_the_core_imports_no_front_end_not_even_inside_a_funct
     assert not found, "\n".join(found)
 
 
-def test_only_the_streamlit_front_end_imports_its_pages_and_widgets():
-    found = [f"{relative(path)}:{line} imports {target}" for path in SOURCES if not is_under(path, STREAMLIT_FRONT_ENDS)
-             for line, target in imports(path) if is_within(target, STREAMLIT_ONLY)]
-    assert not found, "only app/ui, app/views, app/main.py and app/web.py may import app.ui or app.views:\n" + \
-        "\n".join(found)
+def layer_of(name: str) -> tuple[int, str]:
+    """(layer, package) of a module of app/: its package is the longest entry of LAYERS it is within."""
+    found = [(rank, package) for rank, packages in enumerate(LAYERS) for package in packages
+             if is_within(name, (package,)) and (package != "app" or name == "app")]
+    assert found, f"{name} is in no layer: add its package to LAYERS in tests/test_layout.py"
+    return max(found, key=lambda entry: len(entry[1]))
+
+
+APP_MODULES = {module_name(path) for path in SOURCES}
+
+
+def app_imports(path: Path) -> Iterator[tuple[int, str]]:
+    """The modules of app/ that `path` imports, as an import checker counts them: `from package import module` is
+    the module (not the package's __init__); `from module import name` is the module."""
+    by_statement: dict[tuple[int, str], list[str]] = {}
+    for line, target in imports(path):
+        parent = target.rpartition(".")[0]
+        if parent and (line, parent) in by_statement:
+            by_statement[(line, parent)].append(target)
+        else:
+            by_statement[(line, target)] = []
+    for (line, module), names in by_statement.items():
+        submodules = [name for name in names if name in APP_MODULES]
+        yield from ((line, name) for name in submodules)
+        if module in APP_MODULES and (not names or len(submodules) < len(names)):
+            yield line, module
+
+
+def test_every_package_is_in_a_layer_and_imports_only_its_own_or_lower_layers():
+    found = []
+    for path in SOURCES:
+        rank, package = layer_of(module_name(path))
+        for line, target in app_imports(path):
+            target_rank, target_package = layer_of(target)
+            if target_package != package and target_rank >= rank:
+                found.append(f"{relative(path)}:{line} imports {target} ({target_package} is not below {package})")
+    assert not found, "upward or sideways imports:\n" + "\n".join(found)
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.get(root, ()))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    cycles.append(sorted(component))
+    return cycles
+
+
+def test_no_module_of_app_imports_itself_back_through_others():
+    graph = {module_name(path): {target for _, target in app_imports(path)} - {module_name(path)} for path in SOURCES}
+    assert import_cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_cycles():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"e2"}, "e2": {"e"}}
+    assert sorted(import_cycles(graph)) == [["a", "b", "c"], ["e", "e2"]]
 
 
 def test_the_import_reader_resolves_relative_and_from_imports():
-    source = "from . import batch\nfrom ..base import Delta\nfrom app import ui\nimport app.views.chat as chat\n"
-    assert list(imports(APP / "clients" / "hf" / "client.py", source)) == [
-        (1, "app.clients.hf"), (1, "app.clients.hf.batch"), (2, "app.clients.base"), (2, "app.clients.base.Delta"),
-        (3, "app"), (3, "app.ui"), (4, "app.views.chat"),
+    source = ("from . import batch\nfrom ..client_protocol import Delta\nfrom app import frontends\n"
+              "import app.frontends.streamlit.views.chat_view as chat\n")
+    assert list(imports(APP / "clients" / "hf" / "hf_client.py", source)) == [
+        (1, "app.clients.hf"), (1, "app.clients.hf.batch"), (2, "app.clients.client_protocol"),
+        (2, "app.clients.client_protocol.Delta"), (3, "app"), (3, "app.frontends"),
+        (4, "app.frontends.streamlit.views.chat_view"),
     ]

@@ -121,16 +121,16 @@ def test_with_a_gpu_the_default_stays_transformers(fresh_choice, monkeypatch):
 
 
 def test_make_runs_output_names_the_engine_it_starts_on(gguf_client):
-    """What `make run` and `make serve` print first (python -m app.clients.llamacpp.probe), on this machine."""
+    """What `make run` and `make serve` print first (python -m app.clients.choice), on this machine."""
     env = {key: value for key, value in __import__("os").environ.items() if key not in ("DEMO_BACKEND", "DEMO_MODEL")}
-    out = subprocess.run([sys.executable, "-m", "app.clients.llamacpp.probe"], cwd=ROOT, env=env, text=True,
+    out = subprocess.run([sys.executable, "-m", "app.clients.choice"], cwd=ROOT, env=env, text=True,
                          capture_output=True, timeout=120)
     assert out.returncode == 0, out.stderr
     if choice.gpu_present():
         assert "Engine: Hugging Face transformers" in out.stdout
     else:
         assert out.stdout.strip() == "Engine: llama.cpp (the fastest on this CPU), in a process of its own."
-    named = subprocess.run([sys.executable, "-m", "app.clients.llamacpp.probe"], cwd=ROOT, text=True,
+    named = subprocess.run([sys.executable, "-m", "app.clients.choice"], cwd=ROOT, text=True,
                            env={**env, "DEMO_BACKEND": "hf"}, capture_output=True, timeout=120)
     assert named.stdout.strip() == "Engine: hf (DEMO_BACKEND)."
 

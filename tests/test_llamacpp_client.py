@@ -8,7 +8,7 @@ import json
 import threading
 import time
 
-from app.clients.base import GenerationParams, ResponseFormat, ToolRequest
+from app.clients.client_protocol import GenerationParams, ResponseFormat, ToolRequest
 from app.config import ModelSettings
 from tests.helpers import collect
 
@@ -47,7 +47,7 @@ def test_conversations_taking_turns_answer_as_on_a_context_of_their_own(gguf_cli
     one took the context), reads only its new tokens, says so, and answers exactly as a context that only ever held
     that conversation. (Bitwise only so: llama.cpp's results depend slightly on how a sequence was split into batches,
     so a shared system prompt read once for two conversations can change a word in the second.)"""
-    from app.clients.llamacpp.client import LlamaCppClient
+    from app.clients.llamacpp.llamacpp_client import LlamaCppClient
 
     histories = {"a": [{"role": "system", "content": "You are a friendly guide to Italy."}, *ask("Name a city.")],
                  "b": [{"role": "system", "content": "Marine biology tutor, short answers."}, *ask("Name a fish.")]}

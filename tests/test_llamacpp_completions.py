@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from app.clients.base import ClientError, GenerationParams
+from app.clients.client_protocol import ClientError, GenerationParams
 from tests.helpers import complete
 
 PARIS = "The capital of France is"

@@ -1,7 +1,7 @@
 """llama.cpp out of the app's process: a native crash of its runner (SIGSEGV, SIGKILL as the OOM killer sends it,
 SIGILL) mid-answer is a clear error for the replies in flight, the app goes on, and the next reply starts the engine
 again and says so; a damaged GGUF is refused naming the file. Through the real runner process on the embedded GGUF,
-and through `python -m app.server` on 127.0.0.1 (what `make serve` runs, with no backend named)."""
+and through `python -m app.frontends.api` on 127.0.0.1 (what `make serve` runs, with no backend named)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.clients.base import ClientError, GenerationParams
+from app.clients.client_protocol import ClientError, GenerationParams
 from app.config import ModelSettings
 from harness.local_http import free_port
 from harness.processes import server_process
@@ -32,7 +32,7 @@ STORY = [{"role": "user", "content": "Tell me a long story about a lighthouse."}
 @pytest.fixture()
 def own_client(gguf_client):
     """A client of its own (the shared one's engine must not be killed under the other tests)."""
-    from app.clients.llamacpp.client import LlamaCppClient
+    from app.clients.llamacpp.llamacpp_client import LlamaCppClient
 
     client = LlamaCppClient(ModelSettings(backend="llamacpp", max_context_tokens=4096, prompt_cache_mb=64))
     yield client
@@ -122,7 +122,7 @@ def test_stop_reaches_the_runner_and_the_context_serves_the_next_reply(own_clien
 # ----- damaged files ---------------------------------------------------------------------------------------------
 
 def _embedded_gguf() -> Path:
-    from app.embedded_model import gguf_path
+    from app.clients.embedded_model import gguf_path
 
     return gguf_path()
 
@@ -155,7 +155,7 @@ def scrambled_metadata(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("damage", [truncated, huge_tensor_count, scrambled_metadata])
 def test_a_damaged_gguf_is_refused_naming_the_file(gguf_client, tmp_path, damage):
-    from app.clients.llamacpp.client import LlamaCppClient
+    from app.clients.llamacpp.llamacpp_client import LlamaCppClient
 
     path = damage(tmp_path)
     with pytest.raises(ClientError) as refused:
@@ -174,13 +174,13 @@ def _runner_pids(server_pid: int) -> list[int]:
 
 
 def test_the_api_server_survives_a_crash_and_answers_again(gguf_client, tmp_path):
-    """`python -m app.server` with no backend named: llama.cpp on the embedded GGUF. SIGSEGV to its runner while a
-    stream runs: that stream ends with an error event, /health stays up, the next request answers within 60 s."""
+    """`python -m app.frontends.api` with no backend named: llama.cpp on the embedded GGUF. SIGSEGV to its runner while
+    a stream runs: that stream ends with an error event, /health stays up, the next request answers within 60 s."""
     require_llama_cpp()
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if k not in ("DEMO_BACKEND", "DEMO_MODEL")}
-    command = [sys.executable, "-m", "app.server", "--port", str(port)]
+    command = [sys.executable, "-m", "app.frontends.api", "--port", str(port)]
     with server_process(command, f"{base}/health", cwd=ROOT, env=env, log=ARTIFACTS / "api-server-llamacpp-crash.log",
                         start_timeout_s=180, lifetime_s=600) as process:
         model = httpx.get(f"{base}/v1/models", timeout=10).json()["data"][0]["id"]
@@ -218,9 +218,9 @@ def test_the_api_server_survives_a_crash_and_answers_again(gguf_client, tmp_path
 # ----- the tools' schemas read before the first turn ---------------------------------------------------------------
 
 def test_a_warmed_beginning_leaves_the_first_tools_turn_only_the_users_words(own_client):
-    """The Tools page warms its system prompt and tools' schemas when it loads (app.agent.warm_turn): the first turn
-    then takes all of them from the cache, and reads only the user's message."""
-    from app.agent import ToolSettings, warm_turn
+    """The Tools page warms its system prompt and tools' schemas when it loads (app.agent.loop.warm_turn): the first
+    turn then takes all of them from the cache, and reads only the user's message."""
+    from app.agent.loop import ToolSettings, warm_turn
     from app.tools import load_tools
 
     tools = ToolSettings(load_tools())
@@ -239,7 +239,7 @@ def test_a_warmed_beginning_leaves_the_first_tools_turn_only_the_users_words(own
 
 
 def test_a_reply_that_comes_during_a_warm_up_goes_first(own_client):
-    from app.clients.base import ToolRequest
+    from app.clients.client_protocol import ToolRequest
     from bench.peer_speed import tool_schemas
 
     system = [{"role": "system", "content": "Be brief."}]

@@ -16,17 +16,17 @@ from jsonschema import Draft202012Validator
 from mcp import types
 from PIL import Image
 
-from app.agent import ToolSettings, run_turn
-from app.clients.base import GenerationParams, ToolRequest
+from app.agent.loop import ToolSettings, run_turn
+from app.clients.client_protocol import GenerationParams, ToolRequest
 from app.config import McpSettings
-from app.conversation import Conversation, Message
+from app.domain.conversation import Conversation, Message
 from app.mcp_client import McpConfigError, McpManager, StdioServer, bearer_server, load_config, mcp_registry
 from app.mcp_client.config import HttpServer
 from app.tools import load_tools
 from app.tools.registry import ToolError
 from harness.local_http import free_port
 from harness.processes import listening_process
-from tests.helpers import collect, open_app
+from tests.helpers import TOOLS_PAGE, collect, open_app
 
 SERVER = Path(__file__).parent / "mcp_servers" / "demo_server.py"
 TOKEN = "s3cret-token"
@@ -333,7 +333,7 @@ def test_the_tools_page_shows_mcp_tools_as_toggles_and_the_servers_status(monkey
                                                                           http_server):
     monkeypatch.setenv("DEMO_MCP_CONFIG", str(config_file))
     monkeypatch.delenv("DEMO_BROWSER_ALLOW", raising=False)
-    with open_app(monkeypatch, tiny_model_dir, page="views/tools.py", timeout=180) as at:
+    with open_app(monkeypatch, tiny_model_dir, page=TOOLS_PAGE, timeout=180) as at:
         assert all(at.toggle(key=f"settings.tools.enabled.{name}").value for name in ["echo", "demo_calculator"])
         assert at.toggle(key="settings.tools.enabled.calculator").value  # the built-in keeps its name
         assert "paint" in at.selectbox(key="settings.tools.choice").options

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from app.agent import QuestionAsked, ToolCallFinished, ToolSettings, TurnDone, pending_calls, resume_turn, run_turn
-from app.clients.base import GenerationParams
+from app.agent.loop import QuestionAsked, ToolCallFinished, ToolSettings, TurnDone, pending_calls, resume_turn, run_turn
+from app.clients.client_protocol import GenerationParams
 from app.config import McpSettings
-from app.conversation import Conversation, Message, ToolCall
+from app.domain.conversation import Conversation, Message, ToolCall
 from app.mcp_client import McpManager, StdioServer, mcp_registry
 from app.mcp_client.elicitation import form_problem
 from app.tools.questions import Answer, answer

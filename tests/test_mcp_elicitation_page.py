@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from app.storage import ConversationStore
-from tests.helpers import open_app
+from tests.helpers import TOOLS_PAGE, open_app
 
 SERVER = Path(__file__).parent / "mcp_servers" / "asking_server.py"
 PAGE = "tools"
@@ -23,7 +23,7 @@ def app(monkeypatch, tmp_path, tiny_model_dir, database):
     config = tmp_path / "mcp.json"
     config.write_text(json.dumps({"mcpServers": {"asking": {"command": sys.executable, "args": [str(SERVER)]}}}))
     monkeypatch.setenv("DEMO_MCP_CONFIG", str(config))
-    with open_app(monkeypatch, tiny_model_dir, page="views/tools.py", timeout=180, temperature=0.0,
+    with open_app(monkeypatch, tiny_model_dir, page=TOOLS_PAGE, timeout=180, temperature=0.0,
                   max_new_tokens=40) as at:
         yield at
 

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from app.config import McpSettings
+from app.limits.schema_validation import SchemaValidator
 from app.mcp_client import McpManager, bearer_server, mcp_registry
 from app.mcp_client.elicitation import form_problem
-from app.schema_validation import SchemaValidator
 from harness.local_http import free_port
 from harness.processes import listening_process
 
@@ -183,7 +183,7 @@ def test_a_questions_remote_ref_is_never_fetched():
     """An elicitation schema with `allOf: [{$ref: URL}]` made the app fetch URL when the user pressed Send, and show
     the fetched value in the error. Now the question is refused when it is asked, and the check at Send (should
     such a schema get there) fetches nothing and says why."""
-    from app.ui.questions import _problem
+    from app.frontends.streamlit.question_forms import _problem
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
     threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -21,11 +21,11 @@ from mcp import types
 from mcp.types.version import LATEST_HANDSHAKE_VERSION, LATEST_PROTOCOL_VERSION, MODERN_PROTOCOL_VERSIONS
 from PIL import Image
 
-from app.agent import ToolSettings, run_turn
-from app.attachments import user_message
-from app.clients.base import GenerationParams
+from app.agent.attachments import user_message
+from app.agent.loop import ToolSettings, run_turn
+from app.clients.client_protocol import GenerationParams
 from app.config import McpSettings
-from app.conversation import Conversation, Message
+from app.domain.conversation import Conversation, Message
 from app.mcp_client import McpManager, StdioServer, bearer_server, mcp_registry
 from app.mcp_client.prompts import MAX_PROMPT_CHARS, PromptError, arguments_of, filled, prompt_text
 from app.mcp_client.resources import (
@@ -40,7 +40,7 @@ from app.mcp_client.results import to_output
 from app.storage.codec import conversation_to_markdown, decode_message, encode_message
 from app.tools import load_tools
 from app.tools.registry import ToolError
-from tests.helpers import MAIN, ROOT, open_app
+from tests.helpers import ALL_TOOLS_PAGE, MAIN, ROOT, TOOLS_PAGE, open_app
 from tests.test_mcp_client import SERVER, TOKEN, http_server, write_config  # noqa: F401 (a fixture)
 
 SEP = "\x1f"  # between a server's name and a prompt's name or a resource's URI in the pages' option ids
@@ -264,7 +264,7 @@ def test_our_client_and_our_server_agree_on_the_newest_protocol(tmp_path):
     from mcp import Client, StdioServerParameters, stdio_client
 
     env = {"DEMO_SESSIONS_DIR": str(tmp_path)}
-    server = StdioServer(command=sys.executable, args=["-m", "app.mcp_server"], cwd=str(ROOT), env=env)
+    server = StdioServer(command=sys.executable, args=["-m", "app.frontends.mcp"], cwd=str(ROOT), env=env)
     mcp = McpManager(McpSettings(connect_timeout_s=60), servers={"app": server})
     try:
         mcp.refresh(mcp.connections())
@@ -278,7 +278,7 @@ def test_our_client_and_our_server_agree_on_the_newest_protocol(tmp_path):
         mcp.close()
 
     async def negotiated(mode: str) -> str:
-        parameters = StdioServerParameters(command=sys.executable, args=["-m", "app.mcp_server"], cwd=str(ROOT),
+        parameters = StdioServerParameters(command=sys.executable, args=["-m", "app.frontends.mcp"], cwd=str(ROOT),
                                            env=env)
         async with Client(stdio_client(parameters), mode=mode, cache=None) as client:  # type: ignore[arg-type]
             assert "calculator" in [tool.name for tool in (await client.list_tools()).tools]
@@ -294,7 +294,7 @@ def test_our_client_and_our_server_agree_on_the_newest_protocol(tmp_path):
 @pytest.fixture
 def tools_page(monkeypatch, tiny_model_dir, config_file, database):
     monkeypatch.setenv("DEMO_MCP_CONFIG", str(config_file))
-    with open_app(monkeypatch, tiny_model_dir, page="views/tools.py", timeout=180, temperature=0.0,
+    with open_app(monkeypatch, tiny_model_dir, page=TOOLS_PAGE, timeout=180, temperature=0.0,
                   max_new_tokens=300) as at:
         yield at
 
@@ -340,16 +340,16 @@ def test_the_page_says_why_a_prompt_cannot_be_used_and_stays_up(tools_page):
 
 
 def test_an_attached_resource_goes_with_the_next_message_into_the_models_prompt(tools_page, monkeypatch, database):
-    import app.agent
+    import app.agent.loop
 
     prompts: list[list[dict]] = []
-    original = app.agent.process_input
+    original = app.agent.loop.process_input
 
     def recorded(*args, **kwargs):
         prompts.append(original(*args, **kwargs))
         return prompts[-1]
 
-    monkeypatch.setattr(app.agent, "process_input", recorded)
+    monkeypatch.setattr(app.agent.loop, "process_input", recorded)
     at = tools_page
     at.selectbox(key="settings.tools.choice").set_value("none").run()
     at.selectbox(key="mcp.library.tools.resource").set_value(f"demo{SEP}memo://huge").run()
@@ -390,7 +390,7 @@ def test_a_structured_result_shows_in_its_card_and_after_a_reload(tools_page, da
     stored = database.get("local", entry.id).messages[2]
     assert stored.role == "tool" and stored.structured == result
     again = AppTest.from_file(MAIN, default_timeout=180)
-    again.switch_page("views/tools.py")  # a refresh of the page: the Tools page with its link
+    again.switch_page(TOOLS_PAGE)  # a refresh of the page: the Tools page with its link
     again.query_params["c"] = entry.id
     again.run()
     assert not again.exception
@@ -400,7 +400,7 @@ def test_a_structured_result_shows_in_its_card_and_after_a_reload(tools_page, da
 def test_the_all_tools_page_attaches_a_resource_next_to_an_uploaded_file(monkeypatch, tiny_model_dir, config_file,
                                                                           database):
     monkeypatch.setenv("DEMO_MCP_CONFIG", str(config_file))
-    with open_app(monkeypatch, tiny_model_dir, page="views/all_tools.py", timeout=180, max_new_tokens=20) as at:
+    with open_app(monkeypatch, tiny_model_dir, page=ALL_TOOLS_PAGE, timeout=180, max_new_tokens=20) as at:
         at.selectbox(key="settings.all_tools.choice").set_value("none").run()
         at.selectbox(key="mcp.library.all_tools.resource").set_value(f"demo{SEP}memo://readme").run()
         at.button(key="mcp.library.all_tools.attach").click().run()

@@ -2,7 +2,7 @@
 server and a protected MCP server built with the SDK's server-side auth (tests/mcp_servers/oauth_servers.py). Its
 authorization endpoint approves at once, redirecting to the app's redirect URI with `code` and `state`: the tests
 follow it with an HTTP client where a user would use a browser, and hand the answer to the manager as the app's page
-does (app/ui/mcp_sign_in.py)."""
+does (app/frontends/streamlit/mcp_sign_in.py)."""
 
 from __future__ import annotations
 
@@ -25,9 +25,10 @@ from sqlalchemy import text
 from app.config import McpSettings
 from app.mcp_client import McpManager, ServerConnection, bearer_server
 from app.mcp_client.oauth import SignInError
-from app.storage.engine import open_database
+from app.storage.database import open_database
 from app.storage.mcp_tokens import McpTokenStore
 from harness.local_http import free_port, json_reply, serve
+from tests.helpers import TOOLS_PAGE
 
 SERVERS = Path(__file__).parent / "mcp_servers" / "oauth_servers.py"
 PUBLIC_URL = "http://localhost:8501/"
@@ -381,7 +382,8 @@ def test_the_settings_come_from_the_environment(monkeypatch):
 
 
 def test_the_page_refuses_an_answer_with_a_wrong_state_and_clears_it_from_the_url(monkeypatch, tiny_model_dir, key):
-    """The app's page (app/ui/mcp_sign_in.py) takes `code` and `state` from the URL before drawing anything."""
+    """The app's page (app/frontends/streamlit/mcp_sign_in.py) takes `code` and `state` from the URL
+    before drawing anything."""
     import streamlit as st
     from streamlit.testing.v1 import AppTest
 
@@ -426,7 +428,7 @@ def test_without_an_app_login_each_browser_session_signs_in_for_itself(monkeypat
     def sign_in_links(at: AppTest) -> list[str]:
         return [link.proto.url for link in at.sidebar.get("link_button")]
 
-    with open_app(monkeypatch, tiny_model_dir, page="views/tools.py") as first:
+    with open_app(monkeypatch, tiny_model_dir, page=TOOLS_PAGE) as first:
         add_in_sidebar(first)
         (link,) = sign_in_links(first)
         reply = httpx.get(link, follow_redirects=False)  # the user's browser at the authorization page
@@ -440,7 +442,7 @@ def test_without_an_app_login_each_browser_session_signs_in_for_itself(monkeypat
 
         second = AppTest.from_file(MAIN, default_timeout=120)  # another browser
         second.run()
-        second.switch_page("views/tools.py").run()
+        second.switch_page(TOOLS_PAGE).run()
         add_in_sidebar(second)
         assert len(sign_in_links(second)) == 1, [c.value for c in second.sidebar.caption]  # asked to sign in
         assert not any("connected" in c.value for c in second.sidebar.caption)

@@ -23,8 +23,8 @@ def test_a_user_signs_in_to_a_server_from_the_sidebar_and_gets_its_tools(tiny_mo
     env = {**os.environ, "DEMO_MODEL": str(tiny_model_dir), "HF_HUB_OFFLINE": "1", "DEMO_BROWSER_ALLOW": "127.0.0.1",
            "DEMO_DATABASE_URL": f"sqlite:///{tmp_path / 'app.db'}", "DEMO_PUBLIC_URL": f"{url}/",
            "DEMO_SECRET_KEY": Fernet.generate_key().decode(), "DEMO_MCP_CONFIG": ""}
-    command = [sys.executable, "-m", "streamlit", "run", "app/web.py", "--server.address", "127.0.0.1",
-               "--server.port", str(port), "--server.headless", "true"]
+    command = [sys.executable, "-m", "streamlit", "run", "app/frontends/streamlit/web.py",
+               "--server.address", "127.0.0.1", "--server.port", str(port), "--server.headless", "true"]
     try:
         with server_process(command, f"{url}/_stcore/health", cwd=ROOT, env=env,
                             log=ARTIFACTS / "streamlit-mcp-oauth.log", start_timeout_s=60):

@@ -1,5 +1,5 @@
-"""The app's tools as an MCP server (app/mcp_server.py), driven by the MCP SDK's own client: over stdio (the SDK
-starts `python -m app.mcp_server`), over Streamable HTTP on 127.0.0.1 (a real server process with an API key:
+"""The app's tools as an MCP server (app/frontends/mcp/server.py), driven by the MCP SDK's own client: over stdio (the
+SDK starts `python -m app.frontends.mcp`), over Streamable HTTP on 127.0.0.1 (a real server process with an API key:
 given, generated, or from a file; browsers' origins refused unless listed) and in memory (the built-in tools'
 annotations and structured results). The python tool runs in the real bubblewrap sandbox; the browser reads a local
 test site."""
@@ -31,7 +31,7 @@ from mcp.shared.memory import create_client_server_memory_streams
 from mcp.shared.message import SessionMessage
 from mcp.types.jsonrpc import JSONRPCNotification, JSONRPCRequest
 
-from app.mcp_server import build_server
+from app.frontends.mcp.server import build_server
 from app.tools import load_tools
 from harness.local_http import free_port, json_reply, serve
 from harness.processes import server_process
@@ -52,7 +52,7 @@ def text_of(result: types.CallToolResult) -> str:
 async def stdio_server(env: dict[str, str], log: Path) -> AsyncIterator[Client]:
     """The SDK's client on our server, which it starts over stdio (`env` over the SDK's safe defaults, stderr into
     `log`); leaving closes the server's stdin and waits for it to exit."""
-    parameters = StdioServerParameters(command=sys.executable, args=["-m", "app.mcp_server"], cwd=ROOT, env=env)
+    parameters = StdioServerParameters(command=sys.executable, args=["-m", "app.frontends.mcp"], cwd=ROOT, env=env)
     with log.open("w") as errlog:
         async with Client(stdio_client(parameters, errlog=errlog)) as client:
             yield client
@@ -275,7 +275,7 @@ def test_http_serves_the_tools_to_a_client_with_the_key_and_refuses_others(site,
     # The local test site is allow-listed for the browser, as an administrator would do for an intranet.
     env = {**os.environ, "DEMO_SESSIONS_DIR": str(sessions), "DEMO_BROWSER_ALLOW": "127.0.0.1",
            "DEMO_SEARXNG_URL": site, "DEMO_MCP_API_KEY": KEY}
-    command = [sys.executable, "-m", "app.mcp_server", "--http", "--port", str(port)]
+    command = [sys.executable, "-m", "app.frontends.mcp", "--http", "--port", str(port)]
 
     async def refused(key: str) -> None:
         with pytest.RaisesGroup(MCPError, flatten_subgroups=True):  # raised inside the transport's task groups
@@ -327,12 +327,12 @@ def ping(base: str, headers: dict[str, str]) -> httpx.Response:
 def test_a_key_on_the_command_line_is_refused_with_what_to_do_instead(tmp_path):
     """Every user of the machine reads /proc/PID/cmdline: the key may not come from there."""
     for args in (["--api-key", KEY], [f"--api-key={KEY}"]):
-        done = subprocess.run([sys.executable, "-m", "app.mcp_server", "--http", *args], cwd=ROOT, timeout=60,
+        done = subprocess.run([sys.executable, "-m", "app.frontends.mcp", "--http", *args], cwd=ROOT, timeout=60,
                               capture_output=True, text=True, env={**os.environ, "XDG_STATE_HOME": str(tmp_path)})
         assert done.returncode == 2, done.stderr
         assert "--api-key is not taken" in done.stderr and "/proc/PID/cmdline" in done.stderr
         assert "DEMO_MCP_API_KEY" in done.stderr and "--api-key-file" in done.stderr
-    bad = subprocess.run([sys.executable, "-m", "app.mcp_server", "--http", "--allow-origin", "*"], cwd=ROOT,
+    bad = subprocess.run([sys.executable, "-m", "app.frontends.mcp", "--http", "--allow-origin", "*"], cwd=ROOT,
                          timeout=60, capture_output=True, text=True)
     assert bad.returncode == 2 and "is not an origin: write scheme://host[:port]" in bad.stderr
 
@@ -346,7 +346,7 @@ def test_http_without_a_key_generates_one_and_refuses_other_local_web_apps(sessi
     state = tmp_path / "state"
     env = {k: v for k, v in os.environ.items() if k not in ("DEMO_MCP_API_KEY", "DEMO_MCP_ALLOW_ORIGINS")}
     env.update(DEMO_SESSIONS_DIR=str(sessions), XDG_STATE_HOME=str(state))
-    command = [sys.executable, "-m", "app.mcp_server", "--http", "--port", str(port)]
+    command = [sys.executable, "-m", "app.frontends.mcp", "--http", "--port", str(port)]
     key_file = state / "composite-demo" / "mcp-api-key"
 
     async def served(key: str) -> set[str]:
@@ -387,7 +387,7 @@ def test_http_takes_the_key_from_a_file(sessions, tmp_path):
     secret.chmod(0o600)
     env = {**os.environ, "DEMO_SESSIONS_DIR": str(sessions), "XDG_STATE_HOME": str(tmp_path / "state"),
            "DEMO_MCP_API_KEY": "not-this-one"}
-    command = [sys.executable, "-m", "app.mcp_server", "--http", "--port", str(port), "--api-key-file", str(secret)]
+    command = [sys.executable, "-m", "app.frontends.mcp", "--http", "--port", str(port), "--api-key-file", str(secret)]
     with server_process(command, f"{base}/health", cwd=ROOT, env=env, log=tmp_path / "server.log"):
         assert ping(base, {"Authorization": "Bearer from-a-file-8c1d"}).status_code == 200
         assert ping(base, {"Authorization": "Bearer not-this-one"}).status_code == 401

@@ -1,5 +1,5 @@
-"""app/media.py: every image is decoded, limited and re-encoded before it is stored or shown to a model, and nothing
-but ImageError comes out of it for any bytes. All images are built here with Pillow."""
+"""app/domain/media.py: every image is decoded, limited and re-encoded before it is stored or shown to a model, and
+nothing but ImageError comes out of it for any bytes. All images are built here with Pillow."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from PIL import Image, ImageCms
 
 from app.config import ImageSettings
-from app.media import (
+from app.domain.media import (
     IMAGE_TYPES,
     ImageError,
     PreparedImage,

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from app.clients.base import ClientError
+from app.clients.backends import BACKENDS, create_client
+from app.clients.client_protocol import ClientError
+from app.clients.embedded_model import embedded_model_dir, is_embedded, model_folder
 from app.clients.local import resolve_model_path
-from app.clients.registry import BACKENDS, create_client
 from app.config import ModelSettings
-from app.embedded_model import embedded_model_dir, is_embedded, model_folder
 
 ROOT = Path(__file__).resolve().parent.parent
 

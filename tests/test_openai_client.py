@@ -1,5 +1,5 @@
 """The OpenAI-compatible backend against real OpenAI-compatible servers on 127.0.0.1: vLLM's own (serving the
-embedded SmolLM2), and ours (app/server, serving a tiny model) with every request's JSON body recorded."""
+embedded SmolLM2), and ours (app/frontends/api, serving a tiny model) with every request's JSON body recorded."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from contextlib import closing
 
 import pytest
 
-from app.agent import TextDelta, ToolSettings, run_turn
-from app.clients.base import ClientError, GenerationParams, ResponseFormat, ToolRequest
+from app.agent.loop import TextDelta, ToolSettings, run_turn
+from app.clients.client_protocol import ClientError, GenerationParams, ResponseFormat, ToolRequest
 from app.clients.openai import OpenAIClient
 from app.config import ModelSettings, ServerSettings
-from app.conversation import AnswerMetrics, Conversation, Message
-from app.generation_params import SAMPLING_FIELDS
-from app.server.api import create_app
+from app.domain.conversation import AnswerMetrics, Conversation, Message
+from app.domain.generation_params import SAMPLING_FIELDS
+from app.frontends.api.server_app import create_app
 from app.tools import load_tools
 from harness.local_http import serving
 from tests.helpers import collect
@@ -111,7 +111,8 @@ def test_a_json_schema_response_format_goes_to_the_server(vllm_server):
     assert deltas[-1].finish_reason == "stop" and isinstance(json.loads(text)["city"], str)
 
 
-# ----- our own server (app/server) on a tiny model whose generation_config.json states its sampling ---------------
+# ----- our own server (app/frontends/api) on a tiny model whose generation_config.json states its sampling
+# ---------------
 
 MODEL_SAMPLING = {"temperature": 0.3, "top_p": 0.85, "top_k": 20, "repetition_penalty": 1.05}
 
@@ -132,9 +133,9 @@ class RecordingClient:
 
 @pytest.fixture(scope="module")
 def our_server(tiny_model_dir, tmp_path_factory):
-    """app/server on 127.0.0.1 serving a copy of the tiny model with MODEL_SAMPLING in its generation_config.json;
-    yields (base URL, the chat completion request bodies as received, the RecordingClient)."""
-    from app.clients.hf.client import HFClient
+    """app/frontends/api on 127.0.0.1 serving a copy of the tiny model with MODEL_SAMPLING in its
+    generation_config.json; yields (base URL, the chat completion request bodies as received, the RecordingClient)."""
+    from app.clients.hf.hf_client import HFClient
 
     folder = shutil.copytree(tiny_model_dir, tmp_path_factory.mktemp("sampling") / "tiny")
     config = json.loads((folder / "generation_config.json").read_text())
@@ -207,7 +208,7 @@ def test_a_stopped_answer_keeps_real_metrics(our_server):
     params = GenerationParams(temperature=0.0, max_new_tokens=3000, ignore_eos=True)
     started = time.perf_counter()
     texts = 0
-    with closing(run_turn(client_for(base), conversation, params)) as events:  # as app/ui/live_turn.py does
+    with closing(run_turn(client_for(base), conversation, params)) as events:  # as live_turn.py does
         for event in events:
             texts += isinstance(event, TextDelta)
             if texts == 3:

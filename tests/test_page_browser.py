@@ -100,8 +100,8 @@ def test_line_breaks_are_kept_and_the_history_menu_renames_at_once(page_app, bro
     """Items 4 and 6: single line breaks rendered as written; rename next to the entry, shown at once."""
     page = open_page(browser, page_app)
     greedy(page, max_tokens=40)
-    # Every message's text goes through the same rendering (app/ui/messages.py text_markdown): a message of three
-    # lines must show three lines, as a model's "one per line" answer must.
+    # Every message's text goes through the same rendering (app/frontends/streamlit/messages.py text_markdown): a
+    # message of three lines must show three lines, as a model's "one per line" answer must.
     send(page, "Red\nGreen\nBlue\n\n```python\nprint('rouge')\n```\nName these colours in French, one per line.", 1)
     question = page.locator('[data-testid="stChatMessage"]').first
     shown = question.get_by_test_id("stMarkdownContainer").first.inner_text()
@@ -199,7 +199,7 @@ def app_on_our_api(smollm2_dir, browser, tmp_path_factory):
 
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    command = [sys.executable, "-m", "app.server", "--model", str(smollm2_dir), "--port", str(port)]
+    command = [sys.executable, "-m", "app.frontends.api", "--model", str(smollm2_dir), "--port", str(port)]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "DEMO_DEVICE": "cpu"}
     with server_process(command, f"{base}/health", cwd=ROOT, env=env, log=ARTIFACTS / "api-server-page.log",
                         start_timeout_s=180, lifetime_s=1200):

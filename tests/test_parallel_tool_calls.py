@@ -10,13 +10,13 @@ from typing import Any
 import openai
 import pytest
 
-from app.chat_format import process_response
-from app.clients.base import GenerationParams, ToolRequest
-from app.clients.hf.client import HFClient
+from app.clients.client_protocol import GenerationParams, ToolRequest
+from app.clients.hf.hf_client import HFClient
 from app.clients.openai import OpenAIClient
 from app.config import ModelSettings, ServerSettings
-from app.dialects import get_dialect
-from app.server.api import create_app
+from app.frontends.api.server_app import create_app
+from app.prompting.chat_format import process_response
+from app.prompting.dialects import get_dialect
 from harness.local_http import serving
 from tests.helpers import collect
 from tests.tiny_model import build_scripted_model
@@ -139,7 +139,7 @@ def test_the_hf_client_stops_generating_after_the_first_call(caller):
 def test_a_forced_calls_grammar_allows_one_call_and_no_second(tiny_client):
     import xgrammar as xgr
 
-    from app.dialects.constraint import call_ebnf
+    from app.prompting.dialects.constraint import call_ebnf
 
     calls = [get_dialect("hermes").constrained_call(tool) for tool in TOOLS]
     first = f'{calls[0].prefix}{{"city": "Paris"}}{calls[0].suffix}'

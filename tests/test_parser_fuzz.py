@@ -18,11 +18,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.chat_format import NativeCalls
-from app.conversation import CallFragment, Conversation, ToolCall
-from app.dialects import DIALECTS, ConstrainedCall, StreamParser
-from app.dialects.base import ForcedCallParser
-from app.json_limits import MAX_CHARS, MAX_DEPTH, JSONLimitError, loads_bounded, loads_sequence, nesting_depth
+from app.domain.conversation import CallFragment, Conversation, ToolCall
+from app.limits.json_limits import MAX_CHARS, MAX_DEPTH, JSONLimitError, loads_bounded, loads_sequence, nesting_depth
+from app.prompting.chat_format import NativeCalls
+from app.prompting.dialects import DIALECTS, ConstrainedCall, StreamParser
+from app.prompting.dialects.dialect import ForcedCallParser
 
 TOOLS = ["get_weather", "calculator", "python", "web_search", "open_url", "mclick"]
 hermes, glm4, llama3 = DIALECTS["hermes"], DIALECTS["glm4"], DIALECTS["llama3_json"]

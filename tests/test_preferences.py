@@ -13,11 +13,11 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import insert, inspect
 
-from app.conversation import Message
+from app.domain.conversation import Message
 from app.storage import ConversationStore, open_database
 from app.storage.migrate import current_revision, head_revision, upgrade_to_head
-from app.storage.models import TRIGRAM_INDEX, Base, PreferencesRow
 from app.storage.schema import PreferencesRecord
+from app.storage.tables import TRIGRAM_INDEX, Base, PreferencesRow
 from tests.database import engine_at, migrate
 from tests.helpers import at_once
 

@@ -11,8 +11,9 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from app.clients.base import GenerationParams
-from app.clients.hf.client import HFClient
+from app.clients.choice import default_backend
+from app.clients.client_protocol import GenerationParams
+from app.clients.hf.hf_client import HFClient
 from app.clients.hf.prompt_cache import PromptCache
 from app.config import ModelSettings
 from tests.helpers import collect
@@ -124,9 +125,9 @@ def test_a_stopped_answer_is_cached_as_far_as_it_went(tiny_model_dir, uncached):
 
 def test_the_memory_bound_is_a_setting_and_zero_turns_the_cache_off(tiny_model_dir, monkeypatch):
     monkeypatch.setenv("DEMO_PROMPT_CACHE_MB", "0")
-    assert ModelSettings.from_env().prompt_cache_mb == 0
+    assert ModelSettings.from_env(default_backend).prompt_cache_mb == 0
     monkeypatch.setenv("DEMO_PROMPT_CACHE_MB", "64")
-    client = HFClient(replace(ModelSettings.from_env(), model_path=str(tiny_model_dir), device="cpu"))
+    client = HFClient(replace(ModelSettings.from_env(default_backend), model_path=str(tiny_model_dir), device="cpu"))
     try:
         assert "prompt cache 64 MB" in client.describe()
         answer(client, conversation("bells", 1))

@@ -1,5 +1,5 @@
 """Every code example of README.md, run as it is written: the API examples (curl, the openai SDK) against a real
-`python -m app.server` on 127.0.0.1 serving the embedded SmolLM2 (as `make serve` starts it), the picture example
+`python -m app.frontends.api` on 127.0.0.1 serving the embedded SmolLM2 (as `make serve` starts it), the picture example
 against one serving a tiny vision-language model named as the README's, the custom tool, the JSON configurations
 through the app's own loaders and a real MCP client, the commands and the tree through make and the file system.
 
@@ -114,13 +114,13 @@ def test_every_code_block_of_the_readme_has_its_test():
 # ----- servers: the embedded model as `make serve` runs it, and a vision-language model ----------------------------
 
 def api_server(tmp_path_factory: pytest.TempPathFactory, name: str, *args: str):
-    """`python -m app.server` on a free port of 127.0.0.1 (the command `make serve` runs), in a process group that
-    `timeout` ends even if pytest is killed; yields the port."""
+    """`python -m app.frontends.api` on a free port of 127.0.0.1 (the command `make serve` runs), in a process group
+    that `timeout` ends even if pytest is killed; yields the port."""
     port = free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     for setting in ("DEMO_MODEL", "DEMO_BACKEND", "DEMO_SERVER_API_KEY", "DEMO_API_KEY"):
         env.pop(setting, None)
-    command = [sys.executable, "-m", "app.server", "--host", "127.0.0.1", "--port", str(port), *args]
+    command = [sys.executable, "-m", "app.frontends.api", "--host", "127.0.0.1", "--port", str(port), *args]
     ARTIFACTS.mkdir(exist_ok=True)
     return port, server_process(command, f"http://127.0.0.1:{port}/health", cwd=tmp_path_factory.mktemp(name),
                                 env=env, log=ARTIFACTS / f"readme-{name}.log", start_timeout_s=300,
@@ -169,7 +169,8 @@ def test_the_two_commands_are_what_make_runs():
         assert result.returncode == 0, result.stderr
         return result.stdout
 
-    assert "streamlit run app/web.py --server.address 127.0.0.1 --server.port 8501" in dry_run("run")
+    serve = "streamlit run app/frontends/streamlit/web.py --server.address 127.0.0.1 --server.port 8501"
+    assert serve in dry_run("run")
     plan = dry_run("test")
     assert "ruff check" in plan and "mypy" in plan and "-m pytest -q tests" in plan
 

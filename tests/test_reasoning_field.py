@@ -10,9 +10,9 @@ from typing import Any
 import openai
 import pytest
 
-from app.clients.hf.client import HFClient
+from app.clients.hf.hf_client import HFClient
 from app.config import ModelSettings, ServerSettings
-from app.server.api import create_app
+from app.frontends.api.server_app import create_app
 from harness.local_http import serving
 from tests.tiny_model import build_scripted_model
 

@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 from streamlit.testing.v1 import AppTest
 
-from app.conversation import Attachment, Message, ToolCall
+from app.domain.conversation import Attachment, Message, ToolCall
 from app.storage import ConversationStore, open_database
 from tests.helpers import MAIN, open_app
 from tests.test_safe_markdown import fetched
@@ -118,7 +118,7 @@ def test_no_field_of_a_stored_conversation_renders_a_remote_image(monkeypatch, t
         at.run()
         assert not at.exception
         if page != "chat":
-            at.switch_page(f"views/{page}.py").run()
+            at.switch_page(f"frontends/streamlit/views/{page}_view.py").run()
             at.query_params["c"] = conversation_id
             at.run()
         assert not at.exception

@@ -20,7 +20,7 @@ from sqlalchemy import Engine, event, func, insert, inspect, select
 from sqlalchemy.exc import OperationalError
 
 from app.config import ResponseStoreSettings
-from app.conversation import Message
+from app.domain.conversation import Message
 from app.storage import (
     ConversationStore,
     ResponseChainTooLarge,
@@ -32,7 +32,7 @@ from app.storage import (
 )
 from app.storage import responses as responses_module
 from app.storage.migrate import current_revision, head_revision, upgrade_to_head
-from app.storage.models import TRIGRAM_INDEX, ApiResponseRow, Base
+from app.storage.tables import TRIGRAM_INDEX, ApiResponseRow, Base
 from tests.database import engine_at, migrate
 from tests.helpers import at_once
 

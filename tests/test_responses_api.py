@@ -12,10 +12,10 @@ import openai
 import pytest
 from sqlalchemy import text
 
-from app.clients.base import Delta
-from app.clients.hf.client import HFClient
+from app.clients.client_protocol import Delta
+from app.clients.hf.hf_client import HFClient
 from app.config import ModelSettings, RequestLimits, ServerSettings
-from app.server.api import create_app
+from app.frontends.api.server_app import create_app
 from app.storage import open_database
 from app.storage.responses import ResponseStore
 from harness.local_http import serving
@@ -338,7 +338,7 @@ def test_items_settings_and_tools_reach_the_core_as_chat(tmp_path):
     the assistant message, its output as a tool message, a reasoning item as the next assistant's thought), the
     switched-off thought, the context window as the budget when no max_output_tokens is given, one call at most,
     and two namespaces' same-named tools told apart."""
-    from app.conversation import ToolCall
+    from app.domain.conversation import ToolCall
     from tests.fake_client import ScriptedClient, call_reply
 
     client = ScriptedClient([call_reply(ToolCall("b.search", {"q": "x"}, id="call_9"))])

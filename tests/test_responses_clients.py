@@ -15,7 +15,7 @@ from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_openai import ChatOpenAI
 
 from app.config import ServerSettings
-from app.server.api import create_app
+from app.frontends.api.server_app import create_app
 from app.storage import open_database
 from app.storage.responses import ResponseStore
 from harness.local_http import serving

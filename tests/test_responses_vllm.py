@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from app.config import ServerSettings
-from app.server.api import create_app
+from app.frontends.api.server_app import create_app
 from app.storage import open_database
 from app.storage.responses import ResponseStore
 from harness.local_http import serving

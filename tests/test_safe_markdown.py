@@ -1,7 +1,7 @@
-"""The markdown sanitiser (app/ui/safe_markdown.py) against hostile text: whatever the input, its output holds no
-image that a browser would fetch (checked by parsing the output as CommonMark, with and without Streamlit's `$`
-math, and without indented code), images become links, code is left as it was, and the output is the input with
-backslashes inserted before `!` and nothing else changed."""
+"""The markdown sanitiser (app/frontends/streamlit/safe_markdown.py) against hostile text: whatever the input, its
+output holds no image that a browser would fetch (checked by parsing the output as CommonMark, with and without
+Streamlit's `$` math, and without indented code), images become links, code is left as it was, and the output is the
+input with backslashes inserted before `!` and nothing else changed."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.ui.safe_markdown import _dialects, safe_label, safe_markdown
+from app.frontends.streamlit.safe_markdown import _dialects, safe_label, safe_markdown
 
 URL = "http://attacker.example/?d=secret"
 

@@ -125,7 +125,7 @@ def test_the_mcp_server_s_python_tool_is_capped_the_same_way(sessions, tmp_path)
     from tests.helpers import ROOT
 
     env = {**os.environ, "DEMO_SESSIONS_DIR": str(sessions), "DEMO_KERNEL_OUTPUT_CHARS": "5000"}
-    parameters = StdioServerParameters(command=sys.executable, args=["-m", "app.mcp_server"], cwd=ROOT, env=env)
+    parameters = StdioServerParameters(command=sys.executable, args=["-m", "app.frontends.mcp"], cwd=ROOT, env=env)
 
     async def scenario() -> str:
         with (tmp_path / "mcp.log").open("w") as log:
@@ -333,7 +333,7 @@ def test_an_mcp_infinite_loop_ends_at_the_cell_timeout_and_the_next_client_goes_
 
         await asyncio.gather(call(stubborn, "loop", started), second())
 
-    command = [sys.executable, "-m", "app.mcp_server", "--http", "--port", str(port)]
+    command = [sys.executable, "-m", "app.frontends.mcp", "--http", "--port", str(port)]
     with server_process(command, f"{base}/health", cwd=ROOT, env=env, log=tmp_path / "server.log"):
         asyncio.run(scenario())
     loop_s, loop_text = took["loop"]

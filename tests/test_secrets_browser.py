@@ -10,9 +10,9 @@ import pytest
 from streamlit import config as st_config
 from streamlit.testing.v1 import AppTest
 
-from app.clients.hf.client import HFClient
+from app.clients.hf.hf_client import HFClient
 from app.config import ModelSettings, ServerSettings
-from app.server.api import create_app
+from app.frontends.api.server_app import create_app
 from harness.local_http import serving
 from tests.helpers import MAIN, settle, streamlit_app
 

@@ -14,11 +14,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel
 
-from app.clients.base import GenerationParams, ToolRequest
+from app.clients.client_protocol import GenerationParams, ToolRequest
 from app.clients.openai import OpenAIClient
 from app.config import ModelSettings, ServerSettings
-from app.server.api import create_app
-from app.server.middleware import max_body_bytes
+from app.frontends.api.middleware import max_body_bytes
+from app.frontends.api.server_app import create_app
 from app.tools import load_tools
 from harness.local_http import serving
 from tests.helpers import collect
@@ -327,7 +327,7 @@ def test_a_client_that_disconnects_cancels_its_generation(api):
 
 
 def test_the_command_line_overrides_the_environments_settings(monkeypatch):
-    from app.server.api import command_line_settings
+    from app.frontends.api.server_app import command_line_settings
 
     monkeypatch.setenv("DEMO_BACKEND", "openai")
     monkeypatch.setenv("DEMO_SERVER_API_KEY", "from-env")
@@ -346,7 +346,7 @@ def test_the_command_line_overrides_the_environments_settings(monkeypatch):
 def test_the_key_comes_from_a_file_and_a_command_line_key_is_warned_about(tmp_path, capsys):
     """A key on the command line is readable by every user of the machine (ps): it still works, as vLLM's flag
     does, with a warning; a key file is read instead, and an empty one is refused saying so."""
-    from app.server.api import command_line_settings
+    from app.frontends.api.server_app import command_line_settings
 
     key_file = tmp_path / "key"
     key_file.write_text("from-file\n")

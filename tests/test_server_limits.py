@@ -19,7 +19,7 @@ import pytest
 
 from app.clients.hf.grammar_compile import DeadlineCompiler, GrammarTooSlow
 from app.config import ServerSettings
-from app.server.api import create_app
+from app.frontends.api.server_app import create_app
 from harness.local_http import free_port, serving
 from harness.processes import server_process
 from tests.helpers import ARTIFACTS, ROOT
@@ -107,7 +107,7 @@ def test_the_pages_and_mcp_tools_refuse_the_same_schemas_before_any_work(tiny_cl
     server's tool whose input schema is too large (left out, instead of seconds of meta-schema checking)."""
     from mcp import types
 
-    from app.clients.base import ClientError, GenerationParams, ResponseFormat, ToolRequest
+    from app.clients.client_protocol import ClientError, GenerationParams, ResponseFormat, ToolRequest
     from app.mcp_client.tools import _parameters
     from tests.helpers import collect
 
@@ -173,7 +173,7 @@ def test_compiled_grammars_are_cached_and_one_compile_serves_every_waiter():
 
 
 def test_the_real_compiler_answers_a_grammar_again_from_its_cache(tiny_client):
-    from app.dialects.constraint import reply_ebnf
+    from app.prompting.dialects.constraint import reply_ebnf
 
     ebnf = reply_ebnf([], {"enum": _words(1000)})
     timings = []
@@ -237,12 +237,12 @@ def test_a_compile_over_the_limit_raises_grammar_too_slow(monkeypatch):
 
 @pytest.fixture(scope="module")
 def impatient_server(tiny_model_dir: Path) -> Iterator[str]:
-    """`python -m app.server` with short connection time limits: 1 s for headers, 2 s for a body."""
+    """`python -m app.frontends.api` with short connection time limits: 1 s for headers, 2 s for a body."""
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "DEMO_DEVICE": "cpu", "DEMO_HTTP_HEADERS_TIMEOUT_S": "1",
            "DEMO_HTTP_BODY_TIMEOUT_S": "2", "DEMO_HTTP_KEEP_ALIVE_S": "1", "DEMO_SERVER_API_KEY": KEY}
-    command = [sys.executable, "-m", "app.server", "--model", str(tiny_model_dir), "--served-model-name", "tiny",
+    command = [sys.executable, "-m", "app.frontends.api", "--model", str(tiny_model_dir), "--served-model-name", "tiny",
                "--port", str(port)]
     with server_process(command, f"{base}/health", cwd=ROOT, env=env, log=ARTIFACTS / "api-server-timeouts.log",
                         start_timeout_s=120, lifetime_s=600):
@@ -315,7 +315,7 @@ def test_the_mcp_servers_http_mode_closes_half_open_connections_too(tmp_path):
     base = f"http://127.0.0.1:{port}"
     env = {**os.environ, "DEMO_SESSIONS_DIR": str(tmp_path / "sessions"), "DEMO_HTTP_HEADERS_TIMEOUT_S": "1",
            "DEMO_MCP_API_KEY": KEY}
-    command = [sys.executable, "-m", "app.mcp_server", "--http", "--port", str(port)]
+    command = [sys.executable, "-m", "app.frontends.mcp", "--http", "--port", str(port)]
     with server_process(command, f"{base}/health", cwd=ROOT, env=env, log=tmp_path / "mcp.log", lifetime_s=300):
         closed = _closed_after(base, _half_headers)
     assert 0.8 < closed < 2.5

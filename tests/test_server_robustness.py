@@ -1,4 +1,4 @@
-"""No HTTP client can crash, stall or leak through the API server: a real `python -m app.server` process on
+"""No HTTP client can crash, stall or leak through the API server: a real `python -m app.frontends.api` process on
 127.0.0.1 serving the tiny model, sent what a careless or hostile client sends. Every answer is a clear 4xx in
 OpenAI's error shape (never a 5xx, never the server's internals), a client that leaves stops its generation within
 a second or so, and SIGTERM ends the process promptly even while generations run."""
@@ -21,10 +21,10 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.clients.base import Delta
+from app.clients.client_protocol import Delta
 from app.config import ServerSettings
-from app.server.api import create_app
-from app.server.middleware import max_body_bytes
+from app.frontends.api.middleware import max_body_bytes
+from app.frontends.api.server_app import create_app
 from harness.local_http import free_port, serving
 from harness.processes import server_process
 from tests.helpers import ARTIFACTS, ROOT
@@ -44,11 +44,11 @@ INTERNALS = ("Traceback", 'File "', ".py", ".cc:", "/work", "site-packages", "'i
 
 @contextmanager
 def api_server(model_dir: Path, name: str) -> Iterator[tuple[str, object]]:
-    """`python -m app.server` on the tiny model with an API key and a CORS origin; yields its URL and process."""
+    """`python -m app.frontends.api` on the tiny model with an API key and a CORS origin; yields its URL and process."""
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "DEMO_DEVICE": "cpu"}
-    command = [sys.executable, "-m", "app.server", "--model", str(model_dir), "--served-model-name", "tiny",
+    command = [sys.executable, "-m", "app.frontends.api", "--model", str(model_dir), "--served-model-name", "tiny",
                "--port", str(port), "--api-key", KEY, "--cors-origins", ORIGIN]
     with server_process(command, f"{base}/health", cwd=ROOT, env=env, log=ARTIFACTS / f"{name}.log",
                         start_timeout_s=120, lifetime_s=900) as process:

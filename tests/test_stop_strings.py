@@ -3,7 +3,7 @@ import itertools
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.clients.stop_strings import StopStringFilter
+from app.prompting.stop_strings import StopStringFilter
 
 
 def _run(chunks, stops):

@@ -22,7 +22,7 @@ from sqlalchemy import Engine, event, func, insert, inspect, select
 from sqlalchemy.exc import OperationalError
 
 from app.config import DatabaseSettings, ImageSettings
-from app.conversation import ROLES, AnswerMetrics, Attachment, Message, ToolCall
+from app.domain.conversation import ROLES, AnswerMetrics, Attachment, Message, ToolCall
 from app.storage import (
     ConversationNotFound,
     ConversationStore,
@@ -39,10 +39,10 @@ from app.storage.codec import (
     encode_message,
     encode_message_json,
 )
-from app.storage.engine import database_url as resolve_url
+from app.storage.database import database_url as resolve_url
 from app.storage.migrate import current_revision, head_revision, upgrade_to_head
-from app.storage.models import TRIGRAM_INDEX, Base, ConversationRow, MessageRow
 from app.storage.schema import AttachmentRecord, MessageRecord, MetricsRecord, SettingsRecord, ToolCallRecord
+from app.storage.tables import TRIGRAM_INDEX, Base, ConversationRow, MessageRow
 from app.storage.transfer import MAX_IMPORT_BYTES
 from app.tools.documents import MAX_UPLOAD_BYTES as MAX_DOCUMENT_BYTES
 from tests.helpers import ROOT, at_once

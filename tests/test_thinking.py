@@ -10,15 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.agent import AnswerDone, ThinkingDelta, run_turn
-from app.chat_format import ResponseProcessor, process_input, process_response
-from app.clients.base import GenerationParams, ToolRequest
-from app.clients.hf.client import HFClient
+from app.agent.loop import AnswerDone, ThinkingDelta, run_turn
+from app.clients.client_protocol import GenerationParams, ToolRequest
+from app.clients.hf.hf_client import HFClient
 from app.config import ModelSettings
-from app.conversation import Conversation, Message
-from app.dialects import get_dialect
+from app.domain.conversation import Conversation, Message
+from app.prompting.chat_format import ResponseProcessor, process_input, process_response
+from app.prompting.dialects import get_dialect
+from app.prompting.thinking import THINK_TAGS, ThinkingSplitter
 from app.storage.codec import conversation_to_markdown, decode_message, encode_message
-from app.thinking import THINK_TAGS, ThinkingSplitter
 from tests.helpers import collect, readme_screenshot
 from tests.tiny_model import build_scripted_model
 
@@ -174,7 +174,7 @@ def test_vllm_splits_the_thought_the_same_way(vllm_thinker):
 @pytest.fixture(scope="module")
 def thinker_api(thinker):
     from app.config import ServerSettings
-    from app.server.api import create_app
+    from app.frontends.api.server_app import create_app
     from harness.local_http import serving
 
     with serving(create_app(ServerSettings(), client=thinker)) as base:

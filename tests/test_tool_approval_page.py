@@ -11,14 +11,14 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from app.storage import ConversationStore
-from tests.helpers import MAIN, open_app
+from tests.helpers import MAIN, TOOLS_PAGE, open_app
 
 PAGE = "tools"
 
 
 @pytest.fixture
 def app(monkeypatch, tiny_model_dir, database):
-    with open_app(monkeypatch, tiny_model_dir, page="views/tools.py", timeout=180, temperature=0.0,
+    with open_app(monkeypatch, tiny_model_dir, page=TOOLS_PAGE, timeout=180, temperature=0.0,
                   max_new_tokens=40) as at:
         yield at
 
@@ -168,7 +168,7 @@ def reopen(database: ConversationStore) -> AppTest:
     """The stored conversation in a new session (a refresh, a link, a restarted app)."""
     (entry,) = database.list("local", page=PAGE)
     again = AppTest.from_file(MAIN, default_timeout=180)
-    again.switch_page("views/tools.py")
+    again.switch_page(TOOLS_PAGE)
     again.query_params["c"] = entry.id
     again.run()
     assert not again.exception
@@ -189,7 +189,7 @@ def test_an_imported_file_cannot_make_a_tool_run_without_asking(app, database):
     imported = database.import_file("local", shared_file({"count_words": "auto", "calculator": "ask"}), page=PAGE)
     assert imported.not_granted == ["count_words"]
     opened = AppTest.from_file(MAIN, default_timeout=180)
-    opened.switch_page("views/tools.py")
+    opened.switch_page(TOOLS_PAGE)
     opened.query_params["c"] = imported.id
     opened.run()
     assert not opened.exception

@@ -11,7 +11,7 @@ from contextlib import closing
 
 import pytest
 
-from app.agent import (
+from app.agent.loop import (
     AnswerDone,
     ToolCallFinished,
     ToolCallStarted,
@@ -22,11 +22,11 @@ from app.agent import (
     Waiting,
     run_turn,
 )
-from app.clients.base import Delta, GenerationParams, ToolRequest
-from app.clients.hf.client import HFClient
+from app.clients.client_protocol import Delta, GenerationParams, ToolRequest
+from app.clients.hf.hf_client import HFClient
 from app.config import ModelSettings
-from app.conversation import CallFragment, Conversation, Message, ToolCall
-from app.dialects.constraint import call_ebnf
+from app.domain.conversation import CallFragment, Conversation, Message, ToolCall
+from app.prompting.dialects.constraint import call_ebnf
 from app.tools import load_tools
 from app.tools.registry import ToolError, ToolRegistry
 from tests.fake_client import ScriptedClient, call_reply, text_reply
@@ -103,7 +103,7 @@ def test_bad_tool_requests_are_rejected():
 
 
 def test_the_call_grammar_is_portable_ebnf():
-    from app.dialects import DIALECTS
+    from app.prompting.dialects import DIALECTS
 
     text = call_ebnf([DIALECTS["hermes"].constrained_call(registry.get("get_weather").schema)])
     assert text.startswith("root ::=") and '\\"get_weather\\"' in text and "[0-9]*" not in text
@@ -119,8 +119,8 @@ def test_a_string_argument_cannot_swallow_the_end_of_the_call(tiny_client):
     `}}` but no quote and wrote on inside the string for 1,024 tokens. Every string can still be written (escaped)."""
     import xgrammar as xgr
 
-    from app.dialects import DIALECTS
-    from app.dialects.constraint import reply_ebnf
+    from app.prompting.dialects import DIALECTS
+    from app.prompting.dialects.constraint import reply_ebnf
 
     compiler = xgr.GrammarCompiler(xgr.TokenizerInfo.from_huggingface(tiny_client.tokenizer))
     call = DIALECTS["hermes"].constrained_call(README_CALCULATOR)

@@ -134,7 +134,7 @@ def test_the_apps_own_server_hints_come_back_as_they_left(tmp_path_factory):
     """The app's MCP client on the app's MCP server: every tool's hints and output schema survive the trip, and a
     structured result arrives as the registry made it."""
     sessions = tmp_path_factory.mktemp("hints")  # short: the kernel's sockets are named by paths inside it
-    spec = StdioServer(command=sys.executable, args=["-m", "app.mcp_server"], cwd=str(ROOT),
+    spec = StdioServer(command=sys.executable, args=["-m", "app.frontends.mcp"], cwd=str(ROOT),
                        env={"DEMO_SESSIONS_DIR": str(sessions)})
     mcp = McpManager(McpSettings(connect_timeout_s=60), servers={"app": spec})
     try:

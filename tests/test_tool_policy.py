@@ -1,5 +1,5 @@
 """Tools under the user's control: each tool's run policy (app/tools/policy.py: what its hints make of it, what
-mcp.json sets, what the user chooses) and the agent loop that honours it (app/agent.py): "never" tools are not
+mcp.json sets, what the user chooses) and the agent loop that honours it (app/agent/loop.py): "never" tools are not
 offered, "ask" calls pause the turn until the user decides (run, run edited, deny), and the pause is nothing but the
 conversation, which the real store keeps across a restart and an export.
 
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from mcp import types
 
-from app.agent import (
+from app.agent.loop import (
     DECLINED,
     ApprovalNeeded,
     Decision,
@@ -29,9 +29,9 @@ from app.agent import (
     resume_turn,
     run_turn,
 )
-from app.clients.base import GenerationParams
+from app.clients.client_protocol import GenerationParams
 from app.config import McpSettings, SandboxLimits
-from app.conversation import Conversation, Message, ToolCall
+from app.domain.conversation import Conversation, Message, ToolCall
 from app.mcp_client import McpConfigError, McpManager, mcp_registry
 from app.mcp_client.config import parse_config, policy_defaults
 from app.storage import ConversationStore, open_database

@@ -6,19 +6,19 @@ import json
 
 import pytest
 
-from tests.helpers import open_app
+from tests.helpers import CHAT_PAGE, TOOLS_PAGE, open_app
 
 
 @pytest.fixture
 def tiny_app(monkeypatch, tiny_model_dir):
-    with open_app(monkeypatch, tiny_model_dir, page="views/tools.py", timeout=180, temperature=0.0,
+    with open_app(monkeypatch, tiny_model_dir, page=TOOLS_PAGE, timeout=180, temperature=0.0,
                   max_new_tokens=300) as at:
         yield at
 
 
 @pytest.fixture
 def smol_app(monkeypatch, smollm2_dir):
-    with open_app(monkeypatch, smollm2_dir, page="views/tools.py", timeout=180, temperature=0.0,
+    with open_app(monkeypatch, smollm2_dir, page=TOOLS_PAGE, timeout=180, temperature=0.0,
                   max_new_tokens=60) as at:
         yield at
 
@@ -62,9 +62,9 @@ def test_settings_and_conversation_survive_a_visit_to_the_chat_page(tiny_app):
     tiny_app.toggle(key="settings.tools.enabled.get_weather").set_value(False).run()
     tiny_app.selectbox(key="settings.tools.choice").set_value("none").run()
     ask(tiny_app, "Hello")
-    tiny_app.switch_page("views/chat.py").run()
+    tiny_app.switch_page(CHAT_PAGE).run()
     assert not tiny_app.exception and len(tiny_app.chat_message) == 0  # each page has its own conversation
-    tiny_app.switch_page("views/tools.py").run()
+    tiny_app.switch_page(TOOLS_PAGE).run()
     assert tiny_app.toggle(key="settings.tools.enabled.get_weather").value is False
     assert tiny_app.selectbox(key="settings.tools.choice").value == "none"
     assert len(tiny_app.chat_message) == 2

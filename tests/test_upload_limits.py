@@ -195,7 +195,7 @@ def test_what_the_pages_of_a_pdf_unpack_to_is_limited_for_the_whole_document(mon
 # ----- the chat shows the refusal on the attachment and sends the rest of the message --------------------------
 
 def test_a_refused_upload_is_a_note_on_the_message():
-    from app.ui.chat_page import user_message
+    from app.frontends.streamlit.chat_page import user_message
 
     upload = SimpleNamespace(name="bomb.docx", getvalue=lambda: bomb_docx(60_000_000))
     message = user_message(SimpleNamespace(text="What is in this file?", files=[upload]))

@@ -10,12 +10,12 @@ import threading
 import pytest
 from PIL import Image
 
-from app.agent import AnswerDone, ToolSettings, TurnError, run_turn
-from app.chat_format import ImagePolicy, process_input
-from app.clients.base import ClientError, GenerationParams
+from app.agent.loop import AnswerDone, ToolSettings, TurnError, run_turn
+from app.clients.client_protocol import ClientError, GenerationParams
 from app.clients.vision import NO_VISION
-from app.conversation import Attachment, Conversation, Message
-from app.media import to_data_url
+from app.domain.conversation import Attachment, Conversation, Message
+from app.domain.media import to_data_url
+from app.prompting.chat_format import ImagePolicy, process_input
 from app.tools.registry import ToolOutput, ToolRegistry
 from tests.helpers import collect
 from tests.tiny_vlm import IMAGE_TOKEN, IMAGE_TOKENS_PER_IMAGE
@@ -107,7 +107,7 @@ def test_earlier_pictures_become_notes_for_a_model_that_cannot_see_but_the_newes
 
 
 def test_a_plot_goes_back_to_the_model_after_its_tool_result_only_when_asked():
-    from app.conversation import ToolCall
+    from app.domain.conversation import ToolCall
 
     call = ToolCall(name="python", arguments={"code": "plot()"})
     conversation = Conversation([
@@ -194,7 +194,7 @@ def test_the_turn_ends_with_the_refusal_and_a_text_only_answer_can_follow(tiny_c
 @pytest.fixture(scope="module")
 def vision_api(tiny_vlm_client):
     from app.config import ServerSettings
-    from app.server.api import create_app
+    from app.frontends.api.server_app import create_app
     from harness.local_http import serving
 
     with serving(create_app(ServerSettings(), client=tiny_vlm_client)) as base:
@@ -204,7 +204,7 @@ def vision_api(tiny_vlm_client):
 @pytest.fixture(scope="module")
 def text_api(tiny_client):
     from app.config import ServerSettings
-    from app.server.api import create_app
+    from app.frontends.api.server_app import create_app
     from harness.local_http import serving
 
     with serving(create_app(ServerSettings(), client=tiny_client)) as base:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from app.storage import ConversationStore, open_database
-from tests.helpers import open_app
+from tests.helpers import ALL_TOOLS_PAGE, open_app
 from tests.test_vision import png
 
 
@@ -72,7 +72,7 @@ def test_a_file_that_is_no_usable_picture_sends_nothing_and_gives_the_text_back(
 
 
 def test_all_tools_offers_plots_to_the_model_only_when_it_can_see(monkeypatch, tiny_model_dir, tiny_vlm_dir):
-    with open_app(monkeypatch, tiny_model_dir, page="views/all_tools.py") as at:
+    with open_app(monkeypatch, tiny_model_dir, page=ALL_TOOLS_PAGE) as at:
         assert at.toggle(key="settings.all_tools.tool_images").disabled
-    with open_app(monkeypatch, tiny_vlm_dir, page="views/all_tools.py") as at:
+    with open_app(monkeypatch, tiny_vlm_dir, page=ALL_TOOLS_PAGE) as at:
         assert not at.toggle(key="settings.all_tools.tool_images").disabled

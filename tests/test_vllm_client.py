@@ -8,7 +8,7 @@ import time
 
 import jsonschema
 
-from app.clients.base import GenerationParams, ResponseFormat, ToolRequest
+from app.clients.client_protocol import GenerationParams, ResponseFormat, ToolRequest
 from app.tools import load_tools
 from tests.helpers import collect
 

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from app.ui import welcome
-from app.ui.line_breaks import keep_line_breaks
-from tests.helpers import open_app
+from app.frontends.streamlit import welcome
+from app.frontends.streamlit.line_breaks import keep_line_breaks
+from tests.helpers import TOOLS_PAGE, open_app
 
 
 @pytest.fixture(scope="module")
 def examples_app(smollm2_dir):
     with pytest.MonkeyPatch.context() as monkeypatch, \
-            open_app(monkeypatch, smollm2_dir, page="views/tools.py", timeout=300, temperature=0.0) as at:
+            open_app(monkeypatch, smollm2_dir, page=TOOLS_PAGE, timeout=300, temperature=0.0) as at:
         yield at
 
 

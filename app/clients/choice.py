@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,3 +64,17 @@ def fallback_note() -> str | None:
     if choice.backend == "llamacpp" or choice.why_not_llamacpp is None:
         return None
     return f"llama.cpp, the faster engine on a CPU, is not used: {choice.why_not_llamacpp}."
+
+
+def main(argv: list[str]) -> int:
+    """Print the engine the app starts on for the model path in `argv` (default: DEMO_MODEL, else the embedded one)."""
+    named = os.environ.get("DEMO_BACKEND", "").strip()
+    if named:
+        print(f"Engine: {named} (DEMO_BACKEND).")
+    else:
+        print(default_choice(argv[0] if argv else os.environ.get("DEMO_MODEL", "")).describe())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

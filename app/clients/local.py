@@ -16,19 +16,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from app.chat_format import PromptTooLong, ResponseProcessor, fit_to_context, process_response
-from app.clients.base import Capabilities, ClientError, Delta, GenerationParams, ResponseFormat, ToolRequest
+from app.clients.client_protocol import Capabilities, ClientError, Delta, GenerationParams, ResponseFormat, ToolRequest
+from app.clients.embedded_model import ensure_embedded_model, is_embedded, model_folder
+from app.clients.generation_defaults import GenerationDefaults, generation_defaults
 from app.clients.raw_prompt import raw_prompt_ids
 from app.clients.streaming import EngineRequest, stream_engine
 from app.clients.vision import NO_VISION, PromptImages, has_images
 from app.config import ImageSettings, SchemaLimits
-from app.conversation import AnswerMetrics
-from app.dialects import ConstrainedCall, Dialect, detect_dialect, get_dialect
-from app.dialects.constraint import call_ebnf, reply_ebnf
-from app.embedded_model import ensure_embedded_model, is_embedded, model_folder
-from app.generation_defaults import GenerationDefaults, generation_defaults
-from app.schema_limits import schema_size_problem
-from app.thinking import THINK_TAGS
+from app.domain.conversation import AnswerMetrics
+from app.limits.schema_limits import schema_size_problem
+from app.prompting.chat_format import PromptTooLong, ResponseProcessor, fit_to_context, process_response
+from app.prompting.dialects import ConstrainedCall, Dialect, detect_dialect, get_dialect
+from app.prompting.dialects.constraint import call_ebnf, reply_ebnf
+from app.prompting.thinking import THINK_TAGS
 
 # The least room a prompt must leave for its answer: a prompt longer than the usual budget (the context window less
 # min(max new tokens, half the window)) is still answered while it leaves this much.
@@ -62,7 +62,7 @@ class PreparedPrompt:
     max_new_tokens: int
     dropped_messages: int
     notice: str | None
-    processor: ResponseProcessor  # stop strings and the reply's parser (app/chat_format.py)
+    processor: ResponseProcessor  # stop strings and the reply's parser (app/prompting/chat_format.py)
     grammar: str | None  # EBNF the reply must follow (a forced call, a response format), or None
     params: GenerationParams  # the settings to generate with (see `ChatTemplate.prepare`)
     encoded: Encoded  # the prompt as rendered: its images and the template's own token ids too
@@ -312,7 +312,7 @@ class ChatTemplate:
 
 def _check_grammar_sizes(tools: ToolRequest | None, response_format: ResponseFormat | None) -> None:
     """Refuse, before any other work, the schemas a grammar would be built from that are too large to build one
-    from in reasonable time (app/schema_limits.py). The API server checks its requests earlier; this covers the
+    from in reasonable time (app/limits/schema_limits.py). The API server checks its requests earlier; this covers the
     pages and MCP tools."""
     limits = SchemaLimits.from_env()
     for tool in tools.forced_tools if tools else []:

@@ -25,14 +25,14 @@ import openai
 from openai.types import Completion, CompletionUsage, Model
 from openai.types.chat import ChatCompletionChunk
 
-from app.chat_format import ResponseProcessor
-from app.clients.base import Capabilities, ClientError, Delta, GenerationParams, ResponseFormat, ToolRequest
+from app.clients.client_protocol import Capabilities, ClientError, Delta, GenerationParams, ResponseFormat, ToolRequest
+from app.clients.generation_defaults import generation_defaults
 from app.clients.streaming import EngineFeed, EngineOutput, stream_engine
 from app.config import ModelSettings
-from app.conversation import AnswerMetrics, CallFragment
-from app.generation_defaults import generation_defaults
-from app.generation_params import SAMPLING_FIELDS
-from app.thinking import THINK_TAGS, ThinkingSplitter
+from app.domain.conversation import AnswerMetrics, CallFragment
+from app.domain.generation_params import SAMPLING_FIELDS
+from app.prompting.chat_format import ResponseProcessor
+from app.prompting.thinking import THINK_TAGS, ThinkingSplitter
 
 
 def _short(text: str, limit: int = 300) -> str:

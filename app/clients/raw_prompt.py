@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from app.clients.base import ClientError
+from app.clients.client_protocol import ClientError
 
 
 @dataclass(frozen=True)

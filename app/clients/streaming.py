@@ -2,8 +2,8 @@
 
 A backend only says how to start a request on *its* engine, hand over what the engine produces, and abort it
 (`EngineRequest`). Everything else happens here, once, for all of them: heartbeats while the engine is silent
-(so a UI notices Stop), Stop itself, stop strings, splitting text from tool calls (`app.chat_format`'s response
-processor), timing, token counts, the finish reason and the final tool calls.
+(so a UI notices Stop), Stop itself, stop strings, splitting text from tool calls (`app.prompting.chat_format`'s
+response processor), timing, token counts, the finish reason and the final tool calls.
 
 Engine outputs cross threads through one queue: the engine's thread (transformers' generate, vLLM's event loop,
 the HTTP reader) puts, the consumer's thread takes. Outputs that pile up while the consumer is busy are merged into
@@ -19,9 +19,9 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from app.chat_format import ResponseProcessor
-from app.clients.base import CallFragment, ClientError, Delta
-from app.conversation import AnswerMetrics
+from app.clients.client_protocol import CallFragment, ClientError, Delta
+from app.domain.conversation import AnswerMetrics
+from app.prompting.chat_format import ResponseProcessor
 
 HEARTBEAT_S = 0.25
 

@@ -11,8 +11,8 @@ from typing import Any
 
 from PIL import Image
 
-from app.clients.base import ClientError
-from app.media import ImageError, fit_within, from_data_url, open_rgb
+from app.clients.client_protocol import ClientError
+from app.domain.media import ImageError, fit_within, from_data_url, open_rgb
 
 VISION_MODEL_EXAMPLES = ("SmolVLM-256M-Instruct or SmolVLM-500M-Instruct on a CPU; Qwen2.5-VL-7B-Instruct or "
                          "Gemma 3 with vLLM on a GPU")

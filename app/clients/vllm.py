@@ -18,7 +18,7 @@ import threading
 import uuid
 from typing import Any
 
-from app.clients.base import ClientError, ModelActivity
+from app.clients.client_protocol import ClientError, ModelActivity
 from app.clients.local import ChatTemplate, LocalTemplateClient, PreparedPrompt, resolve_model_path
 from app.clients.streaming import EngineFeed, EngineOutput, EngineRequest
 from app.clients.vision import is_vision_config, load_processor

@@ -50,13 +50,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     130 when interrupted (the report then holds the prompts done)."""
     args = parse_args(argv)
     offline_by_default()  # before anything that could reach a model hub is imported
-    from app.agent import ToolSettings
-    from app.compare.clients import ClientPool
-    from app.compare.prompts import PromptsError, load_prompts
+    from app.agent.loop import ToolSettings
+    from app.clients.pool import ClientPool
+    from app.compare.compare_run import run_all
+    from app.compare.prompt_set import PromptsError, load_prompts
     from app.compare.report import ReportRow, now, write_report
-    from app.compare.runner import run_all
     from app.compare.targets import TargetsError, default_targets, load_targets
-    from app.conversation import Conversation, Message
+    from app.domain.conversation import Conversation, Message
     from app.tools import load_tools
     from app.tools.policy import RunPolicy, policy_for
 

@@ -1,4 +1,4 @@
-"""What one target's turn came to, read off the agent's events (app/agent.py) as they pass: the answer, the
+"""What one target's turn came to, read off the agent's events (app/agent/loop.py) as they pass: the answer, the
 figures (TTFT, tok/s, tokens, prompt and cached tokens) and, for each tool call, whether it parsed, matched its
 tool's schema and how its run went."""
 
@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from app.agent import (
+from app.agent.loop import (
     AnswerDone,
     ApprovalNeeded,
     QuestionAsked,
@@ -18,7 +18,7 @@ from app.agent import (
     TurnError,
     TurnEvent,
 )
-from app.conversation import AnswerMetrics, ToolCall
+from app.domain.conversation import AnswerMetrics, ToolCall
 from app.tools.registry import ToolRegistry
 
 # How a call's run went: a tool message's status, "waiting" (for the user's approval, or its answer to a question)

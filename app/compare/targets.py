@@ -13,11 +13,12 @@ out-of-range values are refused with the target and the field named):
 
 `model` (each key optional): backend (hf, vllm, llamacpp, openai), path (a local model folder; empty: the embedded
 SmolLM2), device, dtype, max_context_tokens, api_base_url, api_key, api_model. What it leaves out comes from the
-app's own settings (DEMO_BACKEND, DEMO_MODEL, ...: `ModelSettings.from_env()`), so a target that names nothing is
-the model the app loads, and shares its engine.
+app's own settings (DEMO_BACKEND, DEMO_MODEL, ...: `ModelSettings.from_env(default_backend)`), so a target that names
+nothing is the model the app loads, and shares its engine.
 
 `sampling` (each key optional): temperature, top_p, top_k, repetition_penalty (left out: the model's own defaults,
-as the sidebar starts from them; app/generation_defaults.py), max_new_tokens, seed, thinking (true, false or null).
+as the sidebar starts from them; app/clients/generation_defaults.py), max_new_tokens, seed, thinking (true, false or
+null).
 
 `tool_choice`: auto, none, required or a tool's name; left out (null), each prompt's own choice applies (the
 headless prompts file gives one per prompt, the page its sidebar's).
@@ -32,12 +33,12 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
 
+from app.clients.backends import BACKENDS
 from app.clients.choice import default_backend
-from app.clients.registry import BACKENDS
+from app.clients.embedded_model import model_folder
+from app.clients.generation_defaults import defaults_for_settings
 from app.config import ModelSettings
-from app.embedded_model import model_folder
-from app.generation_defaults import defaults_for_settings
-from app.generation_params import SAMPLING_FIELDS, GenerationParams
+from app.domain.generation_params import SAMPLING_FIELDS, GenerationParams
 from app.tools.registry import TOOL_NAME
 
 MAX_TARGETS = 4  # panes side by side
@@ -181,14 +182,14 @@ def load_targets(path: str | Path, base: ModelSettings | None = None) -> list[Ta
 
 def parse_targets(data: Any, base: ModelSettings | None = None) -> list[Target]:
     """Targets from a decoded targets file (`{"targets": [...]}`); `base`: the settings a target's `model` leaves
-    out (None: ModelSettings.from_env())."""
+    out (None: ModelSettings.from_env(default_backend))."""
     if not isinstance(data, dict):
         raise TargetsError('a targets file is a JSON object: {"targets": [{"label": ...}, ...]}')
     try:
         listed = TargetsFile.model_validate(data).targets
     except ValidationError as exc:
         raise TargetsError(_describe(exc, "")) from None
-    base = base if base is not None else ModelSettings.from_env()
+    base = base if base is not None else ModelSettings.from_env(default_backend)
     targets = []
     for index, raw in enumerate(listed):
         where = f"target {index + 1}"
@@ -241,10 +242,10 @@ def check_targets(targets: list[Target]) -> None:
 
 
 def default_targets(settings: ModelSettings | None = None) -> list[Target]:
-    """Two targets ready to compare: the app's model (`settings`, None: ModelSettings.from_env()) at its own
-    sampling defaults, and at another temperature (ALTERNATIVE_TEMPERATURE, or FALLBACK_TEMPERATURE where that is
+    """Two targets ready to compare: the app's model (`settings`, None: ModelSettings.from_env(default_backend)) at its
+    own sampling defaults, and at another temperature (ALTERNATIVE_TEMPERATURE, or FALLBACK_TEMPERATURE where that is
     its default already). Both on the same settings: they share one loaded engine."""
-    settings = settings if settings is not None else ModelSettings.from_env()
+    settings = settings if settings is not None else ModelSettings.from_env(default_backend)
     defaults = defaults_for_settings(settings)
     extra: dict[str, Any] = {"server_defaults": frozenset(SAMPLING_FIELDS)} if settings.backend == "openai" else {}
     own = replace(defaults.params(), **extra)

@@ -37,11 +37,11 @@ from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 from pydantic import ValidationError
 
 from app.config import McpSettings
+from app.limits.schema_validation import SchemaValidator
 from app.mcp_client.config import HttpServer, ServerSpec, StdioServer
 from app.mcp_client.elicitation import Askers
 from app.mcp_client.http_client import PinnedTransport, cap_body
 from app.mcp_client.oauth import SignIn, SignInError
-from app.schema_validation import SchemaValidator
 from app.tools.net_guard import check_url
 from app.tools.questions import QuestionChannel
 from app.tools.registry import ToolError
@@ -374,8 +374,9 @@ class ServerConnection:
 
     async def _check_result(self, name: str, result: types.CallToolResult) -> None:
         """Stands in for the SDK's check of a result against its tool's output schema (`validate_tool_result`, same
-        outcome: RuntimeError), through app/schema_validation.py and in a worker thread. The SDK's runs jsonschema's
-        regexes on `re`, here on the loop that every server's calls share: a backtracking pattern froze them all."""
+        outcome: RuntimeError), through app/limits/schema_validation.py and in a worker thread. The SDK's runs
+        jsonschema's regexes on `re`, here on the loop that every server's calls share: a backtracking pattern froze
+        them all."""
         schema = next((tool.output_schema for tool in self._tools if tool.name == name), None)
         if schema is None:
             return

@@ -25,7 +25,7 @@ from jsonschema import SchemaError
 from mcp import types
 from mcp.client.session import ClientRequestContext
 
-from app.schema_validation import check_schema
+from app.limits.schema_validation import check_schema
 from app.tools.questions import Answer, Question, QuestionChannel
 
 QUESTION_TIMEOUT_S = 600.0  # how long a question waits for the user before it is answered "cancel"

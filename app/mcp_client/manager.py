@@ -1,8 +1,8 @@
 """Every MCP server one app process talks to, held open on one asyncio event loop in a background thread.
 
-The Streamlit front end keeps one manager per process (app/ui/mcp_settings.py); anything else (a test, another
-front end) may make its own. Servers from mcp.json are shared by every browser session. A Streamable HTTP server a
-user adds belongs to that user's session (its `owner`) and is offered to no one else; users cannot add stdio
+The Streamlit front end keeps one manager per process (app/frontends/streamlit/mcp_settings.py); anything else (a test,
+another front end) may make its own. Servers from mcp.json are shared by every browser session. A Streamable HTTP server
+a user adds belongs to that user's session (its `owner`) and is offered to no one else; users cannot add stdio
 servers, which would run commands on this machine. `close()`, also run at interpreter exit, stops everything.
 
 An added server without a bearer token may ask its user to sign in (app/mcp_client/oauth.py). With an app account
@@ -28,7 +28,7 @@ from app.config import McpSettings
 from app.mcp_client.config import SERVER_NAME, HttpServer, McpConfigError, ServerSpec, load_config
 from app.mcp_client.connection import STOP_TIMEOUT_S, ServerConnection, describe
 from app.mcp_client.oauth import DatabaseTokenStorage, NoTokenStorage, SessionTokenStorage, SignInError
-from app.storage.engine import open_database
+from app.storage.database import open_database
 from app.storage.mcp_tokens import McpTokenStore, SecretKeyError, cipher
 from app.tools.net_guard import check_url
 from app.tools.registry import ToolError

@@ -3,7 +3,7 @@ prompt's declared arguments, and a filled prompt's messages as the text that goe
 
 Everything here comes from the server and is not trusted: a prompt may declare hundreds of arguments, the same
 name twice, or send back megabytes; such a prompt is refused with a reason, or its text cut with a note. No
-Streamlit and no I/O here (the connection fetches, app/ui/mcp_library.py draws).
+Streamlit and no I/O here (the connection fetches, app/frontends/streamlit/mcp_library.py draws).
 """
 
 from __future__ import annotations

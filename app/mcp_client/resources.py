@@ -1,6 +1,6 @@
-"""MCP resources as attachments of the user's next message, the way uploaded files are (app/attachments.py): a
+"""MCP resources as attachments of the user's next message, the way uploaded files are (app/agent/attachments.py): a
 text resource (or a PDF, Word or PowerPoint one) becomes a document whose text the model reads; a picture goes
-through app/media.py like an uploaded one; any other binary resource is refused with a reason. The upload limits
+through app/domain/media.py like an uploaded one; any other binary resource is refused with a reason. The upload limits
 apply, checked on the declared size before reading and on the base64 length before decoding.
 
 Resource templates (URIs with {variables}) are offered when every variable is a plain `{name}`; the values are
@@ -19,8 +19,8 @@ from urllib.parse import quote
 from mcp import types
 
 from app.config import DocumentSettings
-from app.conversation import Attachment
-from app.media import ImageError, prepare_image
+from app.domain.conversation import Attachment
+from app.domain.media import ImageError, prepare_image
 from app.tools.documents import MAX_UPLOAD_BYTES, DocumentError, read_document
 
 MAX_CONTENTS = 10  # contents of one read (a server may answer one URI with many)

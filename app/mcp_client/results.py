@@ -1,6 +1,6 @@
 """An MCP tool result as the app's ToolOutput: text for the model, images for the chat, isError as a failed call.
 
-Images come from another program, so they go through app/media.py (decoded, limited, re-encoded) like any
+Images come from another program, so they go through app/domain/media.py (decoded, limited, re-encoded) like any
 picture a user attaches; one that cannot be used becomes a line of text saying why. A structured result
 (structuredContent) is kept as data for the page and storage, and its JSON is part of the text the model reads
 unless a text block already carries it. (The app's own tools write their text for the model and keep their
@@ -19,8 +19,8 @@ from jsonschema import SchemaError
 from mcp import types
 
 from app.config import McpSettings
-from app.conversation import Attachment
-from app.media import ImageError, prepare_image
+from app.domain.conversation import Attachment
+from app.domain.media import ImageError, prepare_image
 from app.tools.registry import ToolOutput, output_validator
 
 _MAX_COMPARED_CHARS = 1_000_000  # a longer text is not parsed to compare: its JSON is sent again, at worst
@@ -84,7 +84,7 @@ def _already_in(content: list[types.ContentBlock], structured: object) -> bool:
 
 
 class _Images:
-    """A result's images, decoded and limited (app/media.py), at most `most` of them."""
+    """A result's images, decoded and limited (app/domain/media.py), at most `most` of them."""
 
     def __init__(self, tool: str, most: int) -> None:
         self.tool, self.most = tool, most

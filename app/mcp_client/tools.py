@@ -20,11 +20,11 @@ from jsonschema import SchemaError
 from mcp import types
 
 from app.config import SchemaLimits
+from app.limits.schema_limits import schema_size_problem
+from app.limits.schema_validation import check_schema
 from app.mcp_client.connection import ServerConnection
 from app.mcp_client.manager import McpManager
 from app.mcp_client.results import to_output
-from app.schema_limits import schema_size_problem
-from app.schema_validation import check_schema
 from app.tools.questions import QuestionChannel, current_channel
 from app.tools.registry import Tool, ToolError, ToolHints, ToolOutput, ToolRegistry, function_schema, output_validator
 

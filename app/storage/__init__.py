@@ -6,7 +6,7 @@ database is opened)."""
 from __future__ import annotations
 
 from app.storage.compare_votes import CompareVote, CompareVoteStore, VoteOutcome
-from app.storage.engine import open_database
+from app.storage.database import open_database
 from app.storage.errors import (
     ConversationNotFound,
     ImportRejected,

@@ -11,8 +11,8 @@ import unicodedata
 from collections.abc import Iterable
 from typing import Any
 
-from app.conversation import Message
-from app.media import ImageError, sniff_mime
+from app.domain.conversation import Message
+from app.domain.media import ImageError, sniff_mime
 from app.storage.schema import MessageRecord
 
 TITLE_FROM_MESSAGE_CHARS = 80

@@ -18,9 +18,9 @@ from typing import Any, Literal, get_args
 
 from sqlalchemy import delete, select
 
-from app.storage.engine import rowcount
-from app.storage.models import CompareVoteRow as V
+from app.storage.database import rowcount
 from app.storage.sessions import EngineStore
+from app.storage.tables import CompareVoteRow as V
 
 Verdict = Literal["a", "b", "tie", "both_bad"]
 VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
@@ -58,7 +58,7 @@ class VoteOutcome:
 
 
 class CompareVoteStore(EngineStore):
-    """Votes on one engine (app.storage.engine.open_database). Thread-safe: it keeps no state but the engine's
+    """Votes on one engine (app.storage.database.open_database). Thread-safe: it keeps no state but the engine's
     connection pool. Database failures raise StorageError."""
 
     def save(self, owner: str, targets: Sequence[Mapping[str, Any]], prompt: str, answers: Sequence[str],

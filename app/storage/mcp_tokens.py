@@ -20,10 +20,10 @@ from cryptography.fernet import Fernet, InvalidToken
 from sqlalchemy import Engine, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from app.storage.engine import rowcount
+from app.storage.database import rowcount
 from app.storage.errors import StorageError, database_errors
-from app.storage.models import McpTokenRow as T
 from app.storage.sessions import EngineStore
+from app.storage.tables import McpTokenRow as T
 
 log = logging.getLogger(__name__)
 Kind = Literal["tokens", "client_info"]
@@ -51,7 +51,7 @@ def server_key(url: str) -> str:
 
 
 class McpTokenStore(EngineStore):
-    """Sign-ins on one engine (app.storage.engine.open_database), encrypted with one key. Thread-safe (it keeps no
+    """Sign-ins on one engine (app.storage.database.open_database), encrypted with one key. Thread-safe (it keeps no
     state besides the engine's pool). Database failures raise StorageError."""
 
     def __init__(self, engine: Engine, secret_key: str) -> None:

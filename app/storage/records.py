@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from app.conversation import Message
+from app.domain.conversation import Message
 
 
 @dataclass(frozen=True)

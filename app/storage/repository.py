@@ -29,28 +29,28 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from app.conversation import Message
+from app.domain.conversation import Message
 from app.storage import codec, transfer
-from app.storage.engine import rowcount
+from app.storage.database import rowcount
 from app.storage.errors import (
     ConversationNotFound,
     UnreadableConversation,
     VersionConflict,
     database_errors,
 )
-from app.storage.models import ConversationRow as C
-from app.storage.models import MessageRow as M
-from app.storage.models import PreferencesRow as P
 from app.storage.records import ConversationSummary, ImportOutcome, StoredConversation
 from app.storage.schema import PreferencesRecord, describe
 from app.storage.sessions import EngineStore
+from app.storage.tables import ConversationRow as C
+from app.storage.tables import MessageRow as M
+from app.storage.tables import PreferencesRow as P
 
 log = logging.getLogger(__name__)
 MAX_LIST_LIMIT = 500
 
 
 class ConversationStore(EngineStore):
-    """Saved conversations on one engine (app.storage.engine.open_database). Thread-safe: it keeps no state but
+    """Saved conversations on one engine (app.storage.database.open_database). Thread-safe: it keeps no state but
     the engine's connection pool. Database failures raise StorageError."""
 
     # ----- conversations ----------------------------------------------------------------------------------------

@@ -20,10 +20,10 @@ from typing import Any, Literal
 from sqlalchemy import ColumnElement, Engine, delete, false, func, insert, literal_column, or_, select, true
 
 from app.config import ResponseStoreSettings
-from app.storage.engine import _json_dumps, rowcount
+from app.storage.database import _json_dumps, rowcount
 from app.storage.errors import StorageError
-from app.storage.models import ApiResponseRow as R
 from app.storage.sessions import EngineStore
+from app.storage.tables import ApiResponseRow as R
 
 log = logging.getLogger(__name__)
 PURGE_INTERVAL_S = 60.0  # save purges expired responses at most this often per store
@@ -71,7 +71,7 @@ class StoredResponse:
 
 
 class ResponseStore(EngineStore):
-    """Stored responses on one engine (app.storage.engine.open_database). Thread-safe: its only state besides the
+    """Stored responses on one engine (app.storage.database.open_database). Thread-safe: its only state besides the
     engine's connection pool is when it last purged, behind a lock. Database failures raise StorageError."""
 
     def __init__(self, engine: Engine, settings: ResponseStoreSettings | None = None) -> None:

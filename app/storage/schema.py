@@ -22,11 +22,12 @@ A message record is a JSON object; fields at their default are left out when wri
      "version_index": int}                                   # this message's place among all of them
 
 `versions` holds the other versions of the conversation from this message on (an earlier edit of a user message,
-an earlier answer to one; app/conversation.py), each a non-empty list of message records headed by that version's
+an earlier answer to one; app/domain/conversation.py), each a non-empty list of message records headed by that version's
 own message, which may hold versions of its own further on; `version_index` (0 to len(versions)) is where this
 message's own branch stands among them. Both are left out when there are none.
 
-A conversation's settings (what app/ui/persistence.py restores into the page's widgets when it is opened):
+A conversation's settings (what app/frontends/streamlit/persistence.py restores into the page's widgets when it is
+opened):
 
     {"system_prompt": str, "tool_choice": str,              # each optional
      "tool_policies": {tool name: "auto" | "ask" | "never"}} # the user's run policies (app/tools/policy.py)
@@ -54,7 +55,7 @@ from pydantic import (
     field_validator,
 )
 
-from app.conversation import AnswerMetrics, Attachment, Message, ToolCall
+from app.domain.conversation import AnswerMetrics, Attachment, Message, ToolCall
 from app.tools.policy import RunPolicy
 
 
@@ -117,7 +118,7 @@ class SettingsRecord(_OptionalSettings):
 
 class PreferencesRecord(_OptionalSettings):
     """A user's last settings, restored into the sidebar after a refresh. The defaults here are never used: only
-    the keys that were set are stored and given back. Ranges are GenerationParams' (app/generation_params.py)."""
+    the keys that were set are stored and given back. Ranges are GenerationParams' (app/domain/generation_params.py)."""
 
     _where: ClassVar[str] = "preferences"
 

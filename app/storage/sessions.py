@@ -13,7 +13,7 @@ from app.storage.sqlite import WRITE
 
 
 class EngineStore:
-    """A store on one engine (app.storage.engine.open_database). Thread-safe: it keeps no state but the engine's
+    """A store on one engine (app.storage.database.open_database). Thread-safe: it keeps no state but the engine's
     connection pool. Database failures raise StorageError."""
 
     def __init__(self, engine: Engine) -> None:

@@ -49,8 +49,8 @@ from pydantic import (
     model_validator,
 )
 
-from app.conversation import Message
-from app.media import ImageError, sniff_mime
+from app.domain.conversation import Message
+from app.domain.media import ImageError, sniff_mime
 from app.storage.codec import MAX_TITLE_CHARS, encode_message
 from app.storage.errors import ImportRejected
 from app.storage.records import StoredConversation
@@ -63,7 +63,7 @@ MAX_IMPORT_BYTES = 50 * 1024 * 1024
 MAX_MESSAGES = 10_000  # in the branch shown
 MAX_ALL_MESSAGES = 50_000  # in the conversation and all of its versions together
 # A record nested this deep in versions sits about 3 + 3 * 40 levels deep in the file; with tool-call arguments
-# (at most 64 levels, app/json_limits.py) below it that stays under the JSON parser's own limit of 200 levels.
+# (at most 64 levels, app/limits/json_limits.py) below it that stays under the JSON parser's own limit of 200 levels.
 MAX_VERSION_DEPTH = 40
 _ERRORS_SHOWN = 3
 _BUDGET = "import_budget"

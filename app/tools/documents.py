@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from charset_normalizer import from_bytes
 
 from app.config import DocumentSettings
-from app.conversation import Attachment
+from app.domain.conversation import Attachment
 
 if TYPE_CHECKING:
     from pypdf import PdfReader

@@ -12,7 +12,7 @@ from typing import ClassVar
 import httpx
 
 from app.config import ImageApiSettings
-from app.conversation import Attachment
+from app.domain.conversation import Attachment
 from app.tools.registry import ToolError, ToolHints, ToolOutput
 
 TIMEOUT_S = 120.0

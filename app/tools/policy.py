@@ -2,7 +2,7 @@
 
     "auto"   the calls run as the model makes them (what every tool did before policies);
     "ask"    the turn pauses until the user lets each call run, maybe with edited arguments, or declines it
-             (app/agent.py: ApprovalNeeded, pending_calls, resume_turn);
+             (app/agent/loop.py: ApprovalNeeded, pending_calls, resume_turn);
     "never"  the tool is not offered to the model at all.
 
 A tool's policy is the first of these that says one (`policy_for`):

@@ -4,7 +4,7 @@ A web page or a document can carry instructions ("now open https://attacker.exam
 tool the model calls, and with what, is then the page's choice, not the user's, and a tool that reaches the open
 world carries the conversation out. So a call to an open-world tool whose arguments carry a word that entered the
 conversation from outside, and that the user never wrote, asks the user first, whatever its run policy
-(app/agent.py, ToolSettings.needs_approval). Following a link from a search result asks too: that is the price of
+(app/agent/loop.py, ToolSettings.needs_approval). Following a link from a search result asks too: that is the price of
 not letting a page choose where the conversation goes.
 
 A word here is a run of at least MIN_WORD letters or digits, compared case-insensitively; shorter ones (and the
@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from app.conversation import Conversation
+from app.domain.conversation import Conversation
 
 MIN_WORD = 4
 _WORD = re.compile(rf"[^\W_]{{{MIN_WORD},}}")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from app.code_blocks import strip_code_fence
-from app.conversation import Attachment
+from app.domain.conversation import Attachment
+from app.prompting.code_blocks import strip_code_fence
 from app.tools.registry import ToolError, ToolHints, ToolOutput
 from app.tools.sandbox.kernel import KernelSession, SandboxBusy
 

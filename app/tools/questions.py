@@ -1,9 +1,9 @@
 """Questions a running tool asks the user mid-call (MCP's elicitation, form mode), and their answers.
 
 Each running call has a QuestionChannel. The tool's side (app/mcp_client/connection.py, when a server asks) puts a
-Question on it and waits for the Answer; the agent sees the question waiting (app/agent.py QuestionAsked) and the
-page shows it as a form (app/ui/questions.py), whose answer completes the future. While a question waits, the call's
-time limit stands still: the user's thinking time is not the tool's.
+Question on it and waits for the Answer; the agent sees the question waiting (app/agent/loop.py QuestionAsked) and the
+page shows it as a form (app/frontends/streamlit/question_forms.py), whose answer completes the future. While a question
+waits, the call's time limit stands still: the user's thinking time is not the tool's.
 
 The tool's code finds its call's channel with `current_channel()`: the registry sets it in the thread that runs the
 tool (ToolRegistry.start).

@@ -22,9 +22,9 @@ from typing import Any
 from jsonschema import SchemaError
 from transformers.utils import get_json_schema
 
-from app.conversation import Attachment
-from app.schema_validation import SchemaValidator
-from app.schema_validation import describe as _describe
+from app.domain.conversation import Attachment
+from app.limits.schema_validation import SchemaValidator
+from app.limits.schema_validation import describe as _describe
 from app.tools.questions import QuestionChannel
 from app.tools.questions import bind as bind_questions
 
@@ -279,7 +279,7 @@ class ToolRegistry:
             return f"Error: there is no tool named {name!r}. Available tools: {known}."
         if not isinstance(arguments, dict):
             return f"Error: the arguments of {name} must be a JSON object."
-        # The schema may come from an MCP server or an API client: app/schema_validation.py fetches no $ref and
+        # The schema may come from an MCP server or an API client: app/limits/schema_validation.py fetches no $ref and
         # bounds its regexes.
         try:
             errors = SchemaValidator(tool.parameters).errors(arguments)
@@ -335,8 +335,8 @@ def _result(tool: Tool, output: ToolOutput) -> ToolResult:
 
 
 def output_validator(schema: Mapping[str, Any]) -> SchemaValidator:
-    """A validator for a tool's output schema (app/schema_validation.py: the draft its $schema names, 2020-12 when
-    none, as MCP says; nothing fetched, regexes bounded). SchemaError when it is not a valid JSON Schema."""
+    """A validator for a tool's output schema (app/limits/schema_validation.py: the draft its $schema names, 2020-12
+    when none, as MCP says; nothing fetched, regexes bounded). SchemaError when it is not a valid JSON Schema."""
     return SchemaValidator(schema)
 
 

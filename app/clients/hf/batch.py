@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
-from app.clients.base import ClientError, ModelActivity
+from app.clients.client_protocol import ClientError, ModelActivity
 from app.clients.hf.batch_cache import BatchCache, has_plain_cache
 from app.clients.hf.prompt_cache import PromptCache, layers_of
 from app.clients.hf.sampling import TokenPicker

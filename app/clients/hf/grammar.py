@@ -143,6 +143,6 @@ class ConstrainedDecoding:
 
     def logits_processors(self, ebnf: str) -> LogitsProcessorList:
         """A fresh processor per reply (a matcher is stateful) for the grammar `ebnf`, the same text vLLM's
-        structured outputs receive (app/dialects/constraint.py)."""
+        structured outputs receive (app/prompting/dialects/constraint.py)."""
         compiled = self._grammar_compiler().compile_grammar(ebnf)
         return LogitsProcessorList([GrammarProcessor(compiled, self._vocab_size, self._forced_tokens)])

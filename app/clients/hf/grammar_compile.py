@@ -2,7 +2,7 @@
 
 xgrammar's compiler releases the GIL while it works (measured: a 33 s compile stalled another Python thread by
 0.1 s at most), so a thread keeps the server's event loop and /health answering. A thread cannot be stopped, so a
-compile past the limit keeps running until it is done; the schema size limits (app/schema_limits.py) bound that
+compile past the limit keeps running until it is done; the schema size limits (app/limits/schema_limits.py) bound that
 to about a second. Running it in a worker process that could be killed instead does not work: a compiled grammar
 crosses a process boundary only serialized, and that took 94 s and 625 MB for one that compiled in 0.5 s.
 """

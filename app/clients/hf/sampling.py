@@ -21,7 +21,7 @@ from transformers import (
     SuppressTokensLogitsProcessor,
 )
 
-from app.clients.base import GenerationParams
+from app.clients.client_protocol import GenerationParams
 
 
 def torch_seed(seed: int) -> int:

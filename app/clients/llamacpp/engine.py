@@ -21,7 +21,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from app.clients.llamacpp import protocol
+from app.clients.llamacpp import frames as protocol
 from app.clients.streaming import EngineFeed, EngineOutput
 
 log = logging.getLogger(__name__)

@@ -61,8 +61,8 @@ def _not_installed() -> Verdict:
 
 def run_probe() -> Verdict:
     """One token from the embedded GGUF through the runner process."""
-    from app.clients.base import ClientError, GenerationParams
-    from app.clients.llamacpp.client import LlamaCppClient
+    from app.clients.client_protocol import ClientError, GenerationParams
+    from app.clients.llamacpp.llamacpp_client import LlamaCppClient
     from app.config import ModelSettings
 
     started = time.perf_counter()
@@ -107,21 +107,3 @@ def verdict(force: bool = False) -> Verdict:
 def usable() -> Verdict:
     """The verdict, checked at most once per process (the sidebar asks on every redraw)."""
     return verdict()
-
-
-def main(argv: list[str]) -> int:
-    """Print the engine the app starts on for the model path in `argv` (default: DEMO_MODEL, else the embedded one)."""
-    import os
-
-    from app.clients.choice import default_choice
-
-    named = os.environ.get("DEMO_BACKEND", "").strip()
-    if named:
-        print(f"Engine: {named} (DEMO_BACKEND).")
-    else:
-        print(default_choice(argv[0] if argv else os.environ.get("DEMO_MODEL", "")).describe())
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

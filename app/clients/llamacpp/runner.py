@@ -1,7 +1,7 @@
 """The llama.cpp engine in a process of its own: `python -m app.clients.llamacpp.runner FD`.
 
 The app starts one runner per loaded GGUF (app/clients/llamacpp/engine.py) and talks to it over the socket FD with
-the JSON messages of app/clients/llamacpp/protocol.py. Everything native lives here: llama.cpp itself, its context
+the JSON messages of app/clients/llamacpp/frames.py. Everything native lives here: llama.cpp itself, its context
 and prompt cache, and the grammar masks (xgrammar, which the model's logits pass through). A crash of any of them
 (a hostile GGUF, an instruction this CPU lacks, a driver's abort, the OOM killer) ends this process only; the app
 sees the socket close and tells the sessions that were using it.
@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from app.clients.llamacpp import protocol
+from app.clients.llamacpp import frames as protocol
 from app.clients.llamacpp.cache import ContextCache
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from alembic import context
 
-from app.storage.models import Base
+from app.storage.tables import Base
 
 connection = context.config.attributes.get("connection")
 if connection is None:

@@ -1,0 +1,28 @@
+"""Chat page: a plain conversation with the selected model."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from app.agent.attachments import ATTACHMENT_TYPES
+from app.frontends.streamlit import sidebar, state, welcome
+from app.frontends.streamlit.chat_page import answer_if_asked, show_model
+from app.frontends.streamlit.client_cache import load_client
+from app.frontends.streamlit.messages import render_history
+
+PAGE = "chat"
+
+settings = sidebar.current()
+conversation = state.conversation(PAGE)
+
+st.title("Chat")
+client = load_client(settings.model)
+show_model(client)
+
+# Pinned to the bottom wherever it is called: called first, so that the welcome knows whether a message came.
+prompt = st.chat_input(welcome.PLACEHOLDERS[PAGE], submit_mode="disable",
+                       key="chat_input", accept_file="multiple", file_type=ATTACHMENT_TYPES)
+conversation_box = render_history(PAGE, conversation)
+with conversation_box:  # the new message and the answer go on in it
+    welcome.render(PAGE, conversation, submitted=prompt)
+    answer_if_asked(PAGE, prompt, conversation, client, settings)
