@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 # This machine's pip config lists local indexes that may not exist; keep their warnings out of the log.
 QUIET_PIP := sed '/^WARNING: Location .file:/d'
 
-.PHONY: setup setup-vllm setup-vllm-cpu setup-llamacpp llama-server test-llamacpp run serve mcp compare lint test test-vllm test-newcomer bench model browser sandbox clean
+.PHONY: setup setup-vllm setup-vllm-cpu setup-llamacpp llama-server test-llamacpp run serve mcp compare lint docs test test-vllm test-newcomer bench model browser sandbox clean
 
 setup: $(STAMP) model sandbox $(VENV)/.llamacpp
 
@@ -142,6 +142,11 @@ browser:
 lint: $(STAMP)
 	@$(VENV)/bin/ruff check app tests harness bench
 	@$(VENV)/bin/mypy
+
+# The documentation site (docs/, mkdocs.yml) into site/; --strict fails on a broken link or anchor, or a page left out
+# of the navigation. Needs no network (no web fonts; search and the offline plugin are Material's own).
+docs: $(STAMP)
+	@NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 # Every test; those needing vLLM skip unless it is installed (make setup-vllm-cpu).
 test: lint setup browser
