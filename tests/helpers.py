@@ -22,7 +22,7 @@ from app.clients.client_protocol import Client, Delta, GenerationParams, Respons
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"  # logs and screenshots worth keeping
 MAIN = str(ROOT / "app" / "main.py")
-DOCS = ROOT / "docs"  # the README's screenshots: drawn by the browser tests, so they show the page as it is
+DOCS = ROOT / "docs"  # the docs' screenshots: drawn by the browser tests, so they show the page as it is
 
 
 # The pages' scripts, as AppTest names them: relative to app/main.py.

@@ -151,7 +151,7 @@ README_SECTION = "The Responses API: Codex CLI, the OpenAI Agents SDK"
 
 
 def readme_configuration(base_url: str) -> tuple[str, str]:
-    """The README's Codex configuration (its config.toml, on this server's port) and the name of the environment
+    """The Codex configuration of docs/api.md (its config.toml, on this server's port) and the name of the environment
     variable its provider takes the key from, as its shell example sets it."""
     from tests.test_readme_examples import block, on_port
 

@@ -1,13 +1,15 @@
-"""Every code example of README.md, run as it is written: the API examples (curl, the openai SDK) against a real
-`python -m app.frontends.api` on 127.0.0.1 serving the embedded SmolLM2 (as `make serve` starts it), the picture example
-against one serving a tiny vision-language model named as the README's, the custom tool, the JSON configurations
-through the app's own loaders and a real MCP client, the commands and the tree through make and the file system.
+"""Every code example of README.md and of the documentation pages (docs/*.md), run as it is written: the API
+examples (curl, the openai SDK) against a real `python -m app.frontends.api` on 127.0.0.1 serving the embedded
+SmolLM2 (as `make serve` starts it), the picture example against one serving a tiny vision-language model named as
+the documentation's, the custom tool, the JSON configurations through the app's own loaders and a real MCP client,
+the commands and the tree through make and the file system.
 
-The blocks are read from README.md by their section and order, never copied here: an example edited in the README
-is the example tested. The one change made to them: the servers listen on free ports, so `127.0.0.1:8000` in an
-example becomes that port (8000 may be taken on a test machine); the MCP configuration's `/path/to/...`
-placeholder becomes this checkout. Where the README shows what an example prints or returns, its output block is
-read too, and the real output must have its shape.
+The blocks are read from the Markdown files by their section and order, never copied here: an example edited in
+the documentation is the example tested. An example that several files show (the two commands) is tested in each;
+any other example must be in one file only. The one change made to them: the servers listen on free ports, so
+`127.0.0.1:8000` in an example becomes that port (8000 may be taken on a test machine); the MCP configuration's
+`/path/to/...` placeholder becomes this checkout. Where the documentation shows what an example prints or returns,
+its output block is read too, and the real output must have its shape.
 """
 
 from __future__ import annotations
@@ -33,23 +35,27 @@ from tests.helpers import ARTIFACTS, ROOT
 
 pytestmark = pytest.mark.timeout(900)  # a safety net: the examples' own answers take a minute on 2 busy cores
 README = ROOT / "README.md"
-DEFAULT_ADDRESS = "127.0.0.1:8000"  # where the README's API examples expect `make serve`
-PLACEHOLDER = "/path/to/composite-llm-demo"  # the README's stand-in for this checkout in MCP client configurations
+# README.md and every documentation page: each of their code blocks is an example with a test.
+DOCUMENTS = (README, *sorted((ROOT / "docs").glob("*.md")))
+DEFAULT_ADDRESS = "127.0.0.1:8000"  # where the documentation's API examples expect `make serve`
+PLACEHOLDER = "/path/to/composite-llm-demo"  # the docs' stand-in for this checkout in MCP client configurations
 
 
-# ----- the README's code blocks --------------------------------------------------------------------------------------
+# ----- the documentation's code blocks --------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Block:
+    document: str  # the file it is in, relative to the checkout: README.md, docs/api.md...
     section: str  # the heading it is under, without the #s
     language: str  # the fence's info string ("" for none)
     text: str
     line: int  # where its fence opens, 1-based
 
 
-def readme_blocks() -> list[Block]:
+def document_blocks(path: Path) -> list[Block]:
+    document = path.relative_to(ROOT).as_posix()
     blocks, section, fence, language, body, start = [], "", None, "", [], 0
-    for number, line in enumerate(README.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if fence is None:
             opened = re.match(r"^(\s*)(`{3,})\s*([\w+-]*)\s*$", line)
             if opened:
@@ -57,23 +63,38 @@ def readme_blocks() -> list[Block]:
             elif line.startswith("#"):
                 section = line.lstrip("#").strip()
         elif line.strip() == fence:
-            blocks.append(Block(section, language, "\n".join(body) + "\n", start))
+            blocks.append(Block(document, section, language, "\n".join(body) + "\n", start))
             fence = None
         else:
             body.append(line)
     return blocks
 
 
+def all_blocks() -> list[Block]:
+    """Every code block of README.md and docs/*.md, file by file."""
+    return [block for path in DOCUMENTS for block in document_blocks(path)]
+
+
 def blocks_in(section: str) -> list[Block]:
-    found = [block for block in readme_blocks() if block.section == section]
-    assert found, f"README.md has no code blocks under the heading {section!r} any more"
+    found = [block for block in all_blocks() if block.section == section]
+    assert found, f"README.md and docs/*.md have no code blocks under the heading {section!r} any more"
+    return found
+
+
+def blocks(section: str, language: str) -> list[Block]:
+    """Every block of `language` under the heading `section`, in every file that shows one."""
+    found = [b for b in blocks_in(section) if b.language == language]
+    assert found, f"README.md and docs/*.md have no {language} block under {section!r}"
     return found
 
 
 def block(section: str, language: str, index: int = 0) -> Block:
-    """The `index`-th block of `language` under the heading `section`."""
-    found = [b for b in blocks_in(section) if b.language == language]
-    assert len(found) > index, f"README.md has no {language} block number {index + 1} under {section!r}"
+    """The `index`-th block of `language` under the heading `section`: an example shown in one file only (a copy in
+    a second file would go untested, so it fails here)."""
+    found = blocks(section, language)
+    documents = sorted({b.document for b in found})
+    assert len(documents) == 1, f"the {language} example under {section!r} is in {documents}: keep it in one file"
+    assert len(found) > index, f"{documents[0]} has no {language} block number {index + 1} under {section!r}"
     return found[index]
 
 
@@ -101,14 +122,16 @@ EXAMPLES = {
     (RESPONSES, "bash"): "tests/test_codex_cli.py (its key variable and command)",
     (RESPONSES, "python"): "test_the_agents_sdk_example_calls_its_tool_and_answers",
     (MCP_SERVER, "json"): "test_the_mcp_client_configuration_starts_the_apps_mcp_server",
-    ("Development", ""): "test_the_tree_in_the_readme_exists",
+    ("The tree", ""): "test_the_tree_in_the_docs_exists",
 }
 
 
-def test_every_code_block_of_the_readme_has_its_test():
-    untested = [f"line {b.line}: {b.language or 'plain'} block under {b.section!r}" for b in readme_blocks()
-                if (b.section, b.language) not in EXAMPLES]
-    assert not untested, "README.md examples without a test in tests/test_readme_examples.py:\n" + "\n".join(untested)
+def test_every_code_block_of_the_docs_has_its_test():
+    assert {path.name for path in DOCUMENTS} >= {"README.md", "index.md", "api.md", "tools-and-mcp.md"}
+    untested = [f"{b.document} line {b.line}: {b.language or 'plain'} block under {b.section!r}"
+                for b in all_blocks() if (b.section, b.language) not in EXAMPLES]
+    assert not untested, ("examples of README.md and docs/*.md without a test in tests/test_readme_examples.py:\n"
+                          + "\n".join(untested))
 
 
 # ----- servers: the embedded model as `make serve` runs it, and a vision-language model ----------------------------
@@ -129,7 +152,7 @@ def api_server(tmp_path_factory: pytest.TempPathFactory, name: str, *args: str):
 
 @pytest.fixture(scope="module")
 def smol_port(smollm2_dir, tmp_path_factory):
-    """The README's `make serve`: the embedded SmolLM2 (converted by the smollm2_dir fixture before it starts)."""
+    """The docs' `make serve`: the embedded SmolLM2 (converted by the smollm2_dir fixture before it starts)."""
     port, server = api_server(tmp_path_factory, "serve")
     with server:
         yield port
@@ -137,7 +160,7 @@ def smol_port(smollm2_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def vision_port(tmp_path_factory):
-    """The README's `MODEL=~/models/SmolVLM-256M-Instruct make serve`, on a tiny randomly initialised model of
+    """The docs' `MODEL=~/models/SmolVLM-256M-Instruct make serve`, on a tiny randomly initialised model of
     SmolVLM's architecture in a folder of that name (no model is downloaded in tests)."""
     from tests.tiny_vlm import build_tiny_vlm
 
@@ -147,11 +170,11 @@ def vision_port(tmp_path_factory):
         yield port
 
 
-def run_python(code: str, namespace: dict[str, Any]) -> str:
-    """Run an example's code in `namespace`; what it printed."""
+def run_python(code: str, namespace: dict[str, Any], where: str) -> str:
+    """Run an example's code in `namespace` (`where`: the file it comes from); what it printed."""
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        exec(compile(code, str(README), "exec"), namespace)  # noqa: S102 (the README's own example)
+        exec(compile(code, str(ROOT / where), "exec"), namespace)  # noqa: S102 (the documentation's own example)
     return printed.getvalue()
 
 
@@ -160,8 +183,11 @@ def run_python(code: str, namespace: dict[str, Any]) -> str:
 def test_the_two_commands_are_what_make_runs():
     """`make run` and `make test` for real are the newcomer test's (a clone, set up from nothing): here, that each
     command of the block is a make target doing what its comment says (`make -n` prints without running)."""
-    commands = [line.split("#")[0].split() for line in block("Two commands", "bash").text.splitlines()]
-    assert [c for c in commands if c] == [["make", "run"], ["make", "test"]]
+    shown = blocks("Two commands", "bash")
+    assert {b.document for b in shown} >= {"README.md", "docs/getting-started.md"}
+    for example in shown:  # the same two commands wherever they are shown
+        commands = [line.split("#")[0].split() for line in example.text.splitlines()]
+        assert [c for c in commands if c] == [["make", "run"], ["make", "test"]], example.document
     env = {k: v for k, v in os.environ.items() if k not in ("HOST", "PORT", "MAKEFLAGS", "MAKELEVEL")}
 
     def dry_run(target: str) -> str:
@@ -186,7 +212,8 @@ def test_the_custom_tool_example_registers_a_checked_tool(monkeypatch):
 
     registry = registry_module.ToolRegistry()
     monkeypatch.setattr(registry_module, "default_registry", registry)  # what @register_tool registers into
-    run_python(block(CUSTOM_TOOL, "python").text, dict(vars(custom)))
+    example = block(CUSTOM_TOOL, "python")
+    run_python(example.text, dict(vars(custom)), example.document)
     tool = registry.get("shout")
     assert tool is not None and tool.timeout_s == 10 and registry.schemas() == [tool.schema]
     assert tool.schema["function"]["name"] == "shout" and tool.description == "Repeat a text in capitals."
@@ -239,22 +266,22 @@ def test_the_mcp_json_example_is_accepted_by_the_apps_loader(tmp_path, monkeypat
 # ----- The OpenAI-compatible API -----------------------------------------------------------------------------------
 
 def same_shape(real: Any, shown: Any, where: str = "") -> None:
-    """`real` has the keys (recursively) and value types of `shown`, the README's rendering of that output."""
-    assert type(real) is type(shown), f"{where or 'the output'}: {type(real).__name__}, README shows " \
+    """`real` has the keys (recursively) and value types of `shown`, the documentation's rendering of that output."""
+    assert type(real) is type(shown), f"{where or 'the output'}: {type(real).__name__}, the docs show " \
                                       f"{type(shown).__name__}"
     if isinstance(shown, dict):
-        assert set(real) == set(shown), f"{where}: keys {sorted(real)}, README shows {sorted(shown)}"
+        assert set(real) == set(shown), f"{where}: keys {sorted(real)}, the docs show {sorted(shown)}"
         for key in shown:
             same_shape(real[key], shown[key], f"{where}.{key}")
     elif isinstance(shown, list):
-        assert len(real) == len(shown), f"{where}: {len(real)} items, README shows {len(shown)}"
+        assert len(real) == len(shown), f"{where}: {len(real)} items, the docs show {len(shown)}"
         for index, (item, shown_item) in enumerate(zip(real, shown, strict=True)):
             same_shape(item, shown_item, f"{where}[{index}]")
 
 
 def test_the_curl_example_returns_a_forced_calculator_call_promptly(smol_port):
-    """The README's first API example: a forced calculator call for "What is 17 * 23?". It used to run to the
-    1,024-token default (minutes on a CPU) with a string that never closed; now it is the call the README shows."""
+    """The first API example of docs/api.md: a forced calculator call for "What is 17 * 23?". It used to run to the
+    1,024-token default (minutes on a CPU) with a string that never closed; now it is the call the the docs show."""
     from app.tools.calculator import evaluate
 
     command = on_port(block(API, "bash").text, smol_port)
@@ -272,22 +299,23 @@ def test_the_curl_example_returns_a_forced_calculator_call_promptly(smol_port):
     jsonschema.validate(arguments, parameters)
     assert set(arguments) == set(shown_arguments)
     assert evaluate(arguments["expression"]) == evaluate(shown_arguments["expression"]) == 391
-    assert real["usage"]["completion_tokens"] < 100  # promptly: the README's call is 35 tokens
+    assert real["usage"]["completion_tokens"] < 100  # promptly: the docs' call is 35 tokens
 
 
 def test_the_python_example_streams_parses_and_sees_a_picture(smol_port, vision_port, tmp_path, monkeypatch):
-    """The SDK example: a streamed answer and a parsed City from the embedded model, as the README's output block
+    """The SDK example: a streamed answer and a parsed City from the embedded model, as the docs' output block
     shows them; then its picture part (from its comment on), with the same `client = ...` line, against a server
     started on a vision-language model, with a photo.jpg in the folder it runs in."""
     from PIL import Image
 
-    code = block(API, "python").text
+    example = block(API, "python")
+    code = example.text
     text_part, picture_part = code.split("# A picture", 1)
     picture_part = "# A picture" + picture_part
     opening = code[: code.index("\n", code.index("client = OpenAI(")) + 1]  # the import and the client
 
     namespace: dict[str, Any] = {"__name__": "readme_example"}
-    printed = run_python(on_port(text_part, smol_port), namespace)
+    printed = run_python(on_port(text_part, smol_port), namespace, example.document)
     shown = block(API, "text").text.strip().splitlines()
     lines = printed.strip().splitlines()
     # The streamed answer (sampled prose: only that there is one, of some words), then the City on a line of its own.
@@ -300,7 +328,7 @@ def test_the_python_example_streams_parses_and_sees_a_picture(smol_port, vision_
     Image.new("RGB", (64, 48), (200, 120, 40)).save(tmp_path / "photo.jpg", "JPEG")
     monkeypatch.chdir(tmp_path)
     picture: dict[str, Any] = {"__name__": "readme_example"}
-    run_python(on_port(opening, vision_port) + picture_part, picture)
+    run_python(on_port(opening, vision_port) + picture_part, picture, example.document)
     reply = picture["reply"]
     assert reply.model == "SmolVLM-256M-Instruct" and reply.choices[0].message.role == "assistant"
     assert reply.usage.prompt_tokens > 4  # the picture's tokens were read
@@ -313,7 +341,8 @@ def test_the_agents_sdk_example_calls_its_tool_and_answers(smol_port):
     """The Agents SDK example on its default Responses API: the agent called get_weather, got its result, and
     printed an answer in words."""
     namespace: dict[str, Any] = {"__name__": "readme_example"}
-    printed = run_python(on_port(block(RESPONSES, "python").text, smol_port), namespace)
+    example = block(RESPONSES, "python")
+    printed = run_python(on_port(example.text, smol_port), namespace, example.document)
     result = namespace["result"]
     kinds = [item.type for item in result.new_items]
     assert kinds[:2] == ["tool_call_item", "tool_call_output_item"] and kinds[-1] == "message_output_item"
@@ -333,7 +362,7 @@ def test_the_mcp_client_configuration_starts_the_apps_mcp_server(tmp_path_factor
 
     [(name, spec)] = parse_config(json.loads(block(MCP_SERVER, "json").text)).items()
     assert name == "composite-demo" and isinstance(spec, StdioServer) and spec.command.startswith(PLACEHOLDER)
-    command = spec.command.replace(PLACEHOLDER, str(ROOT))  # the README's stand-in for this checkout
+    command = spec.command.replace(PLACEHOLDER, str(ROOT))  # the documentation's stand-in for this checkout
     sessions = tmp_path_factory.mktemp("mcp")  # short: a kernel's Unix sockets are named by paths inside it
     client_folder = tmp_path_factory.mktemp("client")
 
@@ -352,12 +381,12 @@ def test_the_mcp_client_configuration_starts_the_apps_mcp_server(tmp_path_factor
 
 # ----- Development -------------------------------------------------------------------------------------------------
 
-def test_the_tree_in_the_readme_exists():
-    """Every folder and file the Development section's tree names in its first column is there (a name indented by
+def test_the_tree_in_the_docs_exists():
+    """Every folder and file the tree of docs/architecture.md names in its first column is there (a name indented by
     two is inside the folder above it; "app/main.py, web.py" are both in app/). Descriptions go on in lines
     indented further."""
     parent, missing = "", []
-    for line in block("Development", "").text.splitlines():
+    for line in block("The tree", "").text.splitlines():
         indent = len(line) - len(line.lstrip())
         if not line.strip() or indent > 2:
             continue
@@ -367,4 +396,4 @@ def test_the_tree_in_the_readme_exists():
             parent = first
         folder = Path(path).parent
         missing += [str(p) for p in [Path(path), *(folder / name for name in more)] if not (ROOT / p).exists()]
-    assert not missing, f"the README's tree names what is not there: {missing}"
+    assert not missing, f"the tree in docs/architecture.md names what is not there: {missing}"

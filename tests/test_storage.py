@@ -633,13 +633,13 @@ def test_an_import_that_fails_in_the_database_creates_nothing(store, engine):
     assert len(store.list("alice")) == 1  # the original only: the new conversation row was rolled back
 
 
-def test_the_upload_limit_is_the_import_limit_and_the_readme_says_so():
+def test_the_upload_limit_is_the_import_limit_and_the_docs_say_so():
     """Streamlit's per-file upload limit (MB) is the import's, so a file the import would take is never cut off by
     the uploader first, nor one it refuses stopped there with a different figure; the chat's own limits on one
     attached file lie below it, so that their messages (what to do about it) are the ones a user sees."""
     server = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())["server"]
     limit_mb = server["maxUploadSize"]
     assert limit_mb * 2**20 == MAX_IMPORT_BYTES
-    readme = (ROOT / "README.md").read_text()
-    assert f"at most {MAX_IMPORT_BYTES // 2**20} MB" in readme and "maxUploadSize" in readme
+    chat_page = (ROOT / "docs" / "chat.md").read_text()  # its history section: importing a conversation
+    assert f"at most {MAX_IMPORT_BYTES // 2**20} MB" in chat_page and "maxUploadSize" in chat_page
     assert MAX_DOCUMENT_BYTES <= MAX_IMPORT_BYTES and ImageSettings().max_mb * 2**20 <= MAX_IMPORT_BYTES

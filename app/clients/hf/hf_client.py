@@ -104,7 +104,7 @@ def resolve_dtype(requested: str, device: str) -> torch.dtype:
     if requested == "auto":
         # bfloat16 halves memory on GPUs. On a CPU float32 stays the default even where the CPU computes in bfloat16
         # natively (1.6x faster decoding there, DEMO_DTYPE=bfloat16): SmolLM2's seeded answers to the smoke set,
-        # which a 135M model gets right by a small margin, missed more often in bfloat16 (README, Benchmark).
+        # which a 135M model gets right by a small margin, missed more often in bfloat16 (docs/benchmarks.md).
         return torch.bfloat16 if device.startswith("cuda") else torch.float32
     try:
         dtype = getattr(torch, requested)
