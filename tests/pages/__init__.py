@@ -1,0 +1,1 @@
+"""The Streamlit pages through Streamlit's AppTest, on tiny models and SmolLM2."""
