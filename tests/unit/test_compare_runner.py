@@ -293,6 +293,63 @@ def test_a_failed_load_is_not_kept():
     assert isinstance(pool.get(settings("x")), ScriptedClient) and len(attempts) == 2
 
 
+def test_a_holder_keeps_one_model_and_switching_releases_the_previous():
+    """The model picker (or the API server) holds one model: switching closes the previous one; a failed load
+    leaves it as it was; the model is loaded from the settings as spelled (its name is its folder's), unchecked."""
+    loads: list[ModelSettings] = []
+
+    def factory(wanted: ModelSettings) -> ScriptedClient:
+        loads.append(wanted)
+        if wanted.model_path.endswith("broken"):
+            raise ClientError("no weights")
+        return ScriptedClient()
+
+    def refuse(wanted: ModelSettings, held: object) -> None:
+        raise AssertionError("a held model is the user's choice: not checked")
+
+    pool = ClientPool(factory, fits=refuse)
+    spelled = ModelSettings(model_path="/models/./first/")
+    first = pool.hold("picker", spelled)
+    assert loads == [spelled] and pool.holds("picker", settings("first")) and pool.held("picker") == settings("first")
+    assert pool.hold("picker", settings("first")) is first and len(loads) == 1  # held already: not loaded again
+    with pytest.raises(ClientError, match="no weights"):
+        pool.hold("picker", settings("broken"))
+    assert not first.closed and pool.holds("picker", settings("first"))
+    second = pool.hold("picker", settings("second"))
+    assert first.closed and list(pool.loaded()) == [settings("second")] and pool.holds("picker", settings("second"))
+    assert not pool.unload(settings("second"))  # not Compare's to unload
+    pool.close()
+    assert second.closed and pool.loaded() == {} and pool.held("picker") is None
+
+
+def test_the_held_model_and_the_targets_share_one_client_closed_by_the_last_user():
+    """A Compare target on the picker's model, and the picker on a target's model, share the one loaded client: the
+    picker switching away leaves a target's model loaded, Unload leaves the picker's, and the memory check of a
+    target counts the picker's model."""
+    loads: list[ModelSettings] = []
+    checked: list[set[ModelSettings]] = []
+
+    def factory(wanted: ModelSettings) -> ScriptedClient:
+        loads.append(wanted)
+        return ScriptedClient()
+
+    pool = ClientPool(factory, fits=lambda wanted, held: checked.append(set(held)))
+    held = pool.hold("picker", settings("a"))
+    assert pool.get(settings("a")) is held and loads == [settings("a")] and checked == []
+    target = pool.get(settings("b"))
+    assert checked == [{settings("a")}]  # the picker's model is counted
+    assert pool.hold("picker", settings("b")) is target and loads == [settings("a"), settings("b")]
+    assert not held.closed  # a target still uses it
+    assert pool.unload(settings("b")) and not target.closed  # the picker still holds it
+    assert pool.unload(settings("a")) and held.closed and list(pool.loaded()) == [settings("b")]
+    pool.hold("other holder", settings("b"))
+    pool.hold("picker", settings("c"))
+    assert not target.closed  # the other holder still holds it
+    pool.hold("other holder", settings("c"))
+    assert target.closed and list(pool.loaded()) == [settings("c")]
+    pool.close()
+
+
 def test_one_model_spelled_five_ways_is_loaded_once(tiny_model_dir, tmp_path):
     """/x/model, /x/model/, /x/./model, /x/y/../model and a symbolic link name one model: one engine, not five."""
     link = tmp_path / "link-to-model"
