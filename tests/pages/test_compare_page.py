@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from app.frontends.streamlit.compare_panes import pane_models as models
+from app.frontends.streamlit.client_cache import PICKER, process_pool
 from app.storage import CompareVoteStore, ConversationStore
 from tests.helpers import COMPARE_PAGE, open_app
 
@@ -31,7 +31,7 @@ def app(monkeypatch, tiny_model_dir, database):
             at.number_input(key=f"settings.compare.target{slot}.max_new_tokens").set_value(12)
         at.run()
         yield at
-        models.pool().close()
+        process_pool().close()
 
 
 def send(at: AppTest, text: str = "Say hello") -> None:
@@ -181,7 +181,8 @@ def test_a_target_that_would_not_fit_in_memory_is_refused_with_the_figures(app, 
     (error,) = app.error
     assert "would not fit" in error.value and "needs about 4800 GB of RAM" in error.value and "is free" in error.value
     assert not pane_headers(app) or not [m for m in app.chat_message]  # nothing was sent
-    assert models.pool().loaded() == {}  # nor loaded
+    pool = process_pool()
+    assert all(pool.holds(PICKER, loaded) for loaded in pool.loaded())  # nor loaded: the picker's model only
 
 
 def test_targets_that_cannot_be_used_stop_the_message_box_with_the_reason(app):

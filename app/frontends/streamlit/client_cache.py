@@ -1,54 +1,30 @@
-"""One loaded backend per process, shared by every browser session, released when the settings change."""
+"""The process's models for the pages: one ClientPool (app/clients/pool.py) per process, shared by every browser
+session, holding the model picker's model (one at a time: switching backend or model releases the previous one, its
+memory and its engine processes) and the Compare page's targets' models. Cleared (a new app version, the tests), the
+pool closes them all."""
 
 from __future__ import annotations
 
-import threading
-
 import streamlit as st
 
-from app.clients.backends import create_client
 from app.clients.client_protocol import Client, ClientError
+from app.clients.pool import ClientPool
 from app.config import ModelSettings
 from app.frontends.streamlit import endpoints
 from app.frontends.streamlit.safe_markdown import safe_markdown
 
-
-class _Loaded:
-    """Which settings the cached client was loaded for (the Compare page counts its memory and shares it)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.clients: dict[ModelSettings, Client] = {}
+PICKER = "model picker"  # the pool's holder of the sidebar's model
 
 
-@st.cache_resource(show_spinner=False)
-def _loaded() -> _Loaded:
-    return _Loaded()
-
-
-def _release(client: Client) -> None:
-    loaded = _loaded()
-    with loaded.lock:
-        for settings in [s for s, c in loaded.clients.items() if c is client]:
-            del loaded.clients[settings]
-    client.close()
-
-
-@st.cache_resource(max_entries=1, show_spinner=False, on_release=_release)
-def _cached_client(settings: ModelSettings) -> Client:
-    # One entry: switching backend or model releases the previous one (its memory, its engine processes).
-    client = create_client(settings)
-    loaded = _loaded()
-    with loaded.lock:
-        loaded.clients[settings] = client
-    return client
+@st.cache_resource(show_spinner=False, on_release=ClientPool.close)
+def process_pool() -> ClientPool:
+    """The models of this process, shared by every browser session."""
+    return ClientPool()
 
 
 def is_shared_loaded(settings: ModelSettings) -> bool:
-    """Whether the shared client is loaded for these settings (without loading it)."""
-    loaded = _loaded()
-    with loaded.lock:
-        return settings in loaded.clients
+    """Whether the model picker's model is loaded for these settings (without loading it)."""
+    return process_pool().holds(PICKER, settings)
 
 
 def load_client(settings: ModelSettings) -> Client | None:
@@ -65,7 +41,7 @@ def load_client(settings: ModelSettings) -> Client | None:
     try:
         with st.spinner(f"Connecting to {name}..." if settings.backend == "openai"
                         else f"Loading {name}... (first load of a model takes a while)"):
-            return _cached_client(settings)
+            return process_pool().hold(PICKER, settings)
     except ClientError as exc:
         st.error(safe_markdown(f"**Model not loaded.** {exc}"), icon=":material/error:")
     except Exception as exc:  # never let a loader bug take the page down

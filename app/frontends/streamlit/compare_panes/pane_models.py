@@ -1,7 +1,7 @@
 """The models the Compare page answers with. A target on the model picker's settings shares the client every page
-uses (app/frontends/streamlit/client_cache.py); any other target's model is loaded into the page's own pool, one per
-process like that client, so that two tabs comparing the same models load them once (a model is one however its folder
-is spelled: app/clients/pool.py's model_identity). Before a model is loaded its memory is checked against what is
+uses; any other target's model is loaded into the same pool, the process's (app/frontends/streamlit/client_cache.py),
+so that two tabs comparing the same models load them once (a model is one however its folder is spelled:
+app/clients/pool.py's model_identity). Before a model is loaded its memory is checked against what is
 loaded already (app/clients/memory_fit.py), at the send and again by the pool as it loads: a target that would not fit
 is refused with the figures, never loaded until the machine swaps. The sidebar lists what is loaded, with its
 estimated memory and an Unload button."""
@@ -18,29 +18,20 @@ from app.clients.pool import ClientPool, model_identity
 from app.compare.targets import Target
 from app.config import ModelSettings
 from app.frontends.streamlit import sidebar
-from app.frontends.streamlit.client_cache import is_shared_loaded
+from app.frontends.streamlit.client_cache import PICKER, is_shared_loaded, process_pool
 from app.frontends.streamlit.safe_markdown import safe_label, safe_markdown
-
-
-def _close(loaded: ClientPool) -> None:
-    loaded.close()
-
-
-@st.cache_resource(show_spinner=False, on_release=_close)  # cleared (a new app version): the models are freed
-def pool() -> ClientPool:
-    """The page's models, shared by every browser session of this process (as the picker's model is)."""
-    return ClientPool()
 
 
 class ModelsFor:
     """Which client answers for which settings, in one run of the page: the model picker's (`shared`, loaded by
     the page as every page loads it, or None when it failed) for its settings, the pool's for any other. Called on
-    the targets' threads: a pool model loads there, without holding up the targets whose model is loaded."""
+    the targets' threads: a pool model loads there, without holding up the targets whose model is loaded (its memory
+    checked beside every model the pool holds, the picker's included)."""
 
     def __init__(self, shared_settings: ModelSettings, shared: Client | None) -> None:
         self.shared_settings = shared_settings
         self.shared = shared
-        self.pool = pool()
+        self.pool = process_pool()
 
     def is_shared(self, settings: ModelSettings) -> bool:
         """Whether `settings` name the picker's model (its folder spelled any way)."""
@@ -51,15 +42,11 @@ class ModelsFor:
             if self.shared is None:
                 raise ClientError("the model picker's model did not load (the page says why above)")
             return self.shared
-        shared = [self.shared_settings] if is_shared_loaded(self.shared_settings) else []
-        return self.pool.get(settings, held_elsewhere=shared)  # the pool checks its memory beside the picker's
+        return self.pool.get(settings)
 
     def loaded(self) -> set[ModelSettings]:
-        """The models loaded, by identity (model_identity): the pool's and the picker's."""
-        loaded = set(self.pool.loaded())
-        if is_shared_loaded(self.shared_settings):
-            loaded.add(model_identity(self.shared_settings))
-        return loaded
+        """The models loaded, by identity (model_identity): the picker's and the targets'."""
+        return set(self.pool.loaded())
 
 
 def check_memory(targets: Sequence[Target], models: ModelsFor) -> str | None:
@@ -73,7 +60,7 @@ def check_memory(targets: Sequence[Target], models: ModelsFor) -> str | None:
 
 def render_loaded(models: ModelsFor, busy: bool) -> None:
     """In the sidebar: the models loaded for the page, each with its estimated memory, and the free memory. Unload
-    frees a model of the page's pool (not while this tab's comparison runs)."""
+    frees a target's model (not the picker's; not while this tab's comparison runs)."""
     st.markdown("**Loaded models**")
     shown = False
     if is_shared_loaded(models.shared_settings):
@@ -81,7 +68,7 @@ def render_loaded(models: ModelsFor, busy: bool) -> None:
         st.caption(safe_markdown(f"{sidebar.model_name(models.shared_settings)} · {_size(need.bytes)} "
                                  f"{need.where} · the model picker's, shared with every page"), help=need.detail)
         shown = True
-    for index, settings in enumerate(models.pool.loaded()):
+    for index, settings in enumerate(s for s in models.pool.loaded() if not models.pool.holds(PICKER, s)):
         need = need_for(settings)
         text, button = st.columns([4, 1], vertical_alignment="center")
         text.caption(safe_markdown(f"{sidebar.model_name(settings)} · {settings.backend} · {_size(need.bytes)} "
