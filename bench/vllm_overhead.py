@@ -65,7 +65,7 @@ def main() -> None:
     parser.add_argument("--memory", type=float, default=0.0, help="memory share for each engine (0: automatic)")
     args = parser.parse_args()
 
-    from app.clients.local import resolve_model_path
+    from app.clients.model_path import resolve_model_path
     from app.clients.vllm import VLLMClient, _default_memory_share
     from app.config import ModelSettings, VLLMOptions
 

@@ -18,9 +18,11 @@ import threading
 import uuid
 from typing import Any
 
+from app.clients.chat_template import ChatTemplate, PreparedPrompt
 from app.clients.client_protocol import ClientError, ModelActivity
-from app.clients.local import ChatTemplate, LocalTemplateClient, PreparedPrompt, resolve_model_path
+from app.clients.model_path import resolve_model_path
 from app.clients.streaming import EngineFeed, EngineOutput, EngineRequest
+from app.clients.template_client import LocalTemplateClient
 from app.clients.vision import is_vision_config, load_processor
 from app.config import ImageSettings, ModelSettings, offline_by_default
 

