@@ -359,3 +359,30 @@ def test_the_key_comes_from_a_file_and_a_command_line_key_is_warned_about(tmp_pa
     with pytest.raises(SystemExit):
         command_line_settings(["--api-key-file", str(key_file)])
     assert "is empty" in capsys.readouterr().err
+
+
+def wait_for_health(base: str) -> dict:
+    for _ in range(600):
+        body = httpx.get(f"{base}/health").json()
+        if body["status"] != "loading":
+            return body
+        time.sleep(0.1)
+    raise AssertionError("the model did not load in a minute")
+
+
+def test_a_server_loads_its_model_in_the_background_under_its_folders_name(tiny_model_dir, tmp_path):
+    """Without a loaded client, the server loads its model on a thread (into its pool): /health answers meanwhile,
+    then names the model by its folder (as spelled: a link's name, not its target's); a missing folder is an error
+    that /health and every request report, the server staying up."""
+    link = tmp_path / "served-link"
+    link.symlink_to(tiny_model_dir, target_is_directory=True)
+    settings = ServerSettings(model=ModelSettings(model_path=str(link), device="cpu", dtype="float32"))
+    with serving(create_app(settings)) as base:
+        assert wait_for_health(base) == {"status": "ok", "model": "served-link", "error": None}
+        assert [m["id"] for m in httpx.get(f"{base}/v1/models").json()["data"]] == ["served-link"]
+    missing = ServerSettings(model=ModelSettings(model_path=str(tmp_path / "missing")))
+    with serving(create_app(missing)) as base:
+        body = wait_for_health(base)
+        assert body["status"] == "error" and "does not exist" in body["error"]
+        answer = httpx.get(f"{base}/v1/models")
+        assert answer.status_code == 503 and "does not exist" in answer.json()["error"]["message"]
