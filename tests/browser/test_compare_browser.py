@@ -376,8 +376,8 @@ def test_a_llama_cpp_target(compare_app_with_llamacpp, browser):
             pane = panes(page).nth(index)
             check_metrics(pane)
             assert answer_text(pane, begun=True), pane.inner_text()
-        # llama.cpp is the model picker's engine (the default here); the page's own pool holds the transformers
-        # one, and the sidebar lists it with its size.
+        # llama.cpp is the model picker's engine (the default here); the pool holds the transformers one beside it,
+        # and the sidebar lists it with its size.
         sidebar = page.get_by_test_id("stSidebar")
         expect(sidebar.get_by_text("shared with every page")).to_have_count(1)
         loaded = sidebar.get_by_test_id("stCaptionContainer").filter(has_text="· hf ·")

@@ -2,8 +2,8 @@
 app/compare/.
 
 targets.py  the sidebar's targets: 2 to 4, each a backend, model, sampling, system prompt and tool choice
-models.py   the loaded models: shared with the other pages where a target is the picker's model, else the page's own
-            pool; memory checked before loading, shown and freed in the sidebar
+models.py   the loaded models, in the process's one pool: the picker's shared with the other pages, the other
+            targets' beside it; memory checked before loading, shown and freed in the sidebar
 session.py  this browser session's comparison: the panes' conversations, the running turn, the blind order
 panes.py    the panes side by side: history, the live answer, Stop, approvals, figures, the tool-call strip
 votes.py    the blind vote, the leaderboard and the downloads
