@@ -247,6 +247,14 @@ class ToolRegistry:
     def __iter__(self):
         return iter(self._tools.values())
 
+    def add_marked(self, function: Callable[..., Any]) -> Tool:
+        """Register a function `@register_tool` marked, with the options it gave."""
+        options = tool_options(function)
+        if options is None:
+            raise ValueError(f"{getattr(function, '__qualname__', function)!r} is not marked with @register_tool")
+        return self.register(function, timeout_s=options.timeout_s, hints=options.hints,
+                             output_schema=options.output_schema)
+
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
 
@@ -378,16 +386,41 @@ def _as_text(value: Any) -> str:
         return str(value)
 
 
-default_registry = ToolRegistry()  # filled at import time by the tool modules, read-only afterwards
+@dataclass(frozen=True)
+class ToolOptions:
+    """What `@register_tool` says about a function, for the registry that takes it in (`ToolRegistry.add_marked`)."""
+
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    hints: ToolHints | None = None
+    output_schema: dict[str, Any] | None = None
+
+
+_OPTIONS = "__tool_options__"
 
 
 def register_tool(function: Callable[..., Any] | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S,
                   hints: ToolHints | None = None, output_schema: dict[str, Any] | None = None):
     """Decorator: `@register_tool` or `@register_tool(timeout_s=30, hints=ToolHints(...), output_schema={...})` on a
-    typed, documented function (see `ToolRegistry.register`)."""
+    typed, documented function (see `ToolRegistry.register`) marks it as a tool with those options. It registers
+    nothing by itself: app/tools/__init__.py names the built-in tools, and takes in the marked functions of
+    app/tools/custom.py."""
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-        default_registry.register(fn, timeout_s=timeout_s, hints=hints, output_schema=output_schema)
+        setattr(fn, _OPTIONS, ToolOptions(timeout_s, hints, output_schema))
         return fn
 
     return decorate(function) if function is not None else decorate
+
+
+def tool_options(function: Callable[..., Any]) -> ToolOptions | None:
+    """The options `@register_tool` marked `function` with; None for a function it did not mark."""
+    options = getattr(function, _OPTIONS, None)
+    return options if isinstance(options, ToolOptions) else None
+
+
+def marked_tools(namespace: Mapping[str, Any]) -> list[Callable[..., Any]]:
+    """The functions of a module's namespace that `@register_tool` marked, in the order they are defined (imported
+    ones left out)."""
+    module = namespace.get("__name__")
+    return [value for value in namespace.values()
+            if callable(value) and tool_options(value) is not None and getattr(value, "__module__", None) == module]

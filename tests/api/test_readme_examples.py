@@ -203,17 +203,21 @@ def test_the_two_commands_are_what_make_runs():
 
 # ----- Adding your own tool ----------------------------------------------------------------------------------------
 
-def test_the_custom_tool_example_registers_a_checked_tool(monkeypatch):
-    """The function added to app/tools/custom.py (run in that module's namespace, into a registry of its own so
-    that the tools of other tests stay as they are) becomes a tool with the JSON Schema its docstring and hints
-    say and the default 10 s limit; its arguments are checked against that schema, and it runs."""
+def test_the_custom_tool_example_registers_a_checked_tool():
+    """The function added to app/tools/custom.py (run in a copy of that module's namespace, taken into a registry
+    of its own so that the tools of other tests stay as they are, as load_tools() takes in that module's marked
+    functions) becomes a tool with the JSON Schema its docstring and hints say and the default 10 s limit; its
+    arguments are checked against that schema, and it runs."""
     import app.tools.custom as custom
     from app.tools import registry as registry_module
 
-    registry = registry_module.ToolRegistry()
-    monkeypatch.setattr(registry_module, "default_registry", registry)  # what @register_tool registers into
     example = block(CUSTOM_TOOL, "python")
-    run_python(example.text, dict(vars(custom)), example.document)
+    namespace = dict(vars(custom))
+    run_python(example.text, namespace, example.document)
+    registry = registry_module.ToolRegistry()
+    for function in registry_module.marked_tools(namespace):
+        registry.add_marked(function)
+    assert registry.names == ["count_words", "shout"]
     tool = registry.get("shout")
     assert tool is not None and tool.timeout_s == 10 and registry.schemas() == [tool.schema]
     assert tool.schema["function"]["name"] == "shout" and tool.description == "Repeat a text in capitals."

@@ -264,10 +264,22 @@ def restore_registry():
     before = set(DIALECTS)
     yield
     for name in set(DIALECTS) - before:
-        DIALECTS.unregister(name)
+        DIALECTS.remove(name)
 
 
-def test_a_new_dialect_registers_itself_and_is_detected_by_its_marker(restore_registry):
+def test_each_entry_is_its_dialects_own_name_and_the_classes_load_when_first_read():
+    import subprocess
+    import sys
+
+    assert all(DIALECTS[name].name == name for name in DIALECTS)
+    probe = ("import sys; from app.prompting.dialects import DIALECTS; "
+             "before = 'app.prompting.dialects.glm4' in sys.modules; DIALECTS['glm4']; "
+             "print(before, 'app.prompting.dialects.glm4' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert result.stdout.split() == ["False", "True"]
+
+
+def test_a_new_dialect_takes_one_line_and_is_detected_by_its_marker(restore_registry):
     class ToyDialect(Dialect):
         name = "toy"
         label = "Toy (<toy_call> tags)"
@@ -285,20 +297,21 @@ def test_a_new_dialect_registers_itself_and_is_detected_by_its_marker(restore_re
         def format_instructions(self) -> str:
             return "Write <toy_call>."
 
-    assert list(DIALECTS) == ["hermes", "glm4", "llama3_json", "toy"]  # no `order`: after the built-in ones
+    assert "toy" not in DIALECTS  # defining it registers nothing: its line in DIALECTS does
+    DIALECTS.add("toy", ToyDialect)
+    assert list(DIALECTS) == ["hermes", "glm4", "llama3_json", "toy"]  # after the built-in ones
     assert isinstance(get_dialect("toy"), ToyDialect)
     assert dialect_detection(CHATML + "<toy_call>") == Detection(DIALECTS["toy"], by_marker=True)
     assert dialect_detection(CHATML) == Detection(hermes, by_marker=False)
 
 
-def test_a_base_without_a_name_is_not_registered_and_a_taken_name_is_refused(restore_registry):
-    class SharedBase(Dialect):
-        pass
+def test_a_taken_name_is_refused(restore_registry):
+    class AnotherHermes(HermesDialect):
+        name = "hermes"
 
     assert list(DIALECTS) == ["hermes", "glm4", "llama3_json"]
     with pytest.raises(ValueError, match="'hermes' is defined twice"):
-        class AnotherHermes(HermesDialect):
-            name = "hermes"
+        DIALECTS.add("hermes", AnotherHermes)
     assert type(DIALECTS["hermes"]) is HermesDialect
 
 

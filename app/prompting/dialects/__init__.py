@@ -1,38 +1,31 @@
 """Tool-call dialects by name, and which one a chat template speaks.
 
-Every dialect module in this package is imported here, and each Dialect subclass registers itself in `DIALECTS`
-(see app/prompting/dialects/dialect.py): adding a dialect means adding a module.
+`DIALECTS` lists each dialect's class by its import path, in the order the UI offers them: adding a dialect means
+adding a module with a Dialect subclass and its line here. A dialect's module is imported, and the class
+instantiated once, when the dialect is first read (detection reads them all).
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from dataclasses import dataclass
 
 from app.prompting.dialects.dialect import (
-    DIALECTS,
     ConstrainedCall,
     Dialect,
     ParsedResponse,
     RenderedPrompt,
     StreamParser,
 )
-
-# Modules here that define no dialect; `constraint` would also pull in xgrammar, which only forced calls need.
-_NOT_DIALECTS = frozenset({"base", "constraint"})
+from app.registry import Registry
 
 # For templates with no family's marker (SmolLM2, base models): taught by the fallback system prompt.
 FALLBACK_DIALECT = "hermes"
 
-
-def _import_dialect_modules() -> None:
-    for module in pkgutil.iter_modules(__path__):
-        if module.name not in _NOT_DIALECTS and not module.name.startswith("_"):
-            importlib.import_module(f"{__name__}.{module.name}")
-
-
-_import_dialect_modules()
+# name -> its class; each entry's `name` is the class's own (tests/test_dialects.py checks it).
+DIALECTS: Registry[Dialect] = Registry("tool-call dialect", build=lambda cls: cls())
+DIALECTS.add_lazy("hermes", "app.prompting.dialects.hermes:HermesDialect")
+DIALECTS.add_lazy("glm4", "app.prompting.dialects.glm4:GLM4Dialect")
+DIALECTS.add_lazy("llama3_json", "app.prompting.dialects.llama3:Llama3JsonDialect")
 
 
 @dataclass(frozen=True)
@@ -42,17 +35,16 @@ class Detection:
 
 
 def get_dialect(name: str) -> Dialect:
-    try:
-        return DIALECTS[name]
-    except KeyError:
-        raise ValueError(f"unknown tool-call dialect {name!r}; choose one of {', '.join(DIALECTS)}") from None
+    if name not in DIALECTS:
+        raise ValueError(DIALECTS.unknown(name))
+    return DIALECTS[name]
 
 
 def dialect_detection(chat_template: str | None) -> Detection:
     """The dialect whose marker `chat_template` contains (by `detection_priority` where several do), or the
     fallback, and which of the two it is."""
     template = chat_template or ""
-    # sorted() is stable: dialects of equal priority are tried in `order`.
+    # sorted() is stable: dialects of equal priority are tried in DIALECTS' order.
     for dialect in sorted(DIALECTS.values(), key=lambda d: -d.detection_priority):
         if dialect.detects(template):
             return Detection(dialect, by_marker=True)

@@ -3,7 +3,7 @@
 A dialect knows four things about a model family: which chat templates speak it (`detects`), how tools, past calls
 and tool results go into the prompt (`render`), what a call looks like in the model's output (`stream_parser`,
 which also gives the final parse), and the exact text of a call (`constrained_call`, used to force a call with a
-grammar). Defining a subclass with a `name` registers it in `DIALECTS`.
+grammar). Each one has a line in app/prompting/dialects/__init__.py's `DIALECTS`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -223,15 +223,9 @@ class ForcedCallParser(StreamParser):
 class Dialect(ABC):
     name: ClassVar[str]  # defining it registers the class (a shared intermediate base defines none)
     label: ClassVar[str]
-    order: ClassVar[int] = 100  # place in DIALECTS, the list the UI offers
     # Detection tries higher first: a template may also contain a more generic marker of another family.
     detection_priority: ClassVar[int] = 0
     stop_strings: tuple[str, ...] = ()  # end a reply after a call (e.g. GLM-4's <|observation|>)
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if "name" in cls.__dict__:
-            DIALECTS.register(cls)
 
     @classmethod
     def detects(cls, chat_template: str) -> bool:
@@ -321,45 +315,6 @@ class Dialect(ABC):
         return RenderedPrompt(out, None)
 
 
-class DialectRegistry(Mapping[str, Dialect]):
-    """Every registered dialect by name, in `order`, each as one shared instance."""
-
-    def __init__(self) -> None:
-        self._classes: dict[str, type[Dialect]] = {}
-        self._instances: dict[str, Dialect] = {}
-
-    def register(self, cls: type[Dialect]) -> None:
-        known = self._classes.get(cls.name)
-        if known is not None and _qualified_name(known) != _qualified_name(cls):
-            raise ValueError(f"tool-call dialect {cls.name!r} is defined twice: by {_qualified_name(known)} "
-                             f"and by {_qualified_name(cls)}")
-        self._classes[cls.name] = cls  # the same class again is its module reloaded: the new one replaces it
-        self._instances.pop(cls.name, None)
-        self._classes = dict(sorted(self._classes.items(), key=lambda item: item[1].order))
-
-    def unregister(self, name: str) -> None:
-        del self._classes[name]
-        self._instances.pop(name, None)
-
-    def __getitem__(self, name: str) -> Dialect:
-        # Instantiated on first use, not on registration: __init_subclass__ runs before ABCMeta has marked the
-        # class abstract, so a dialect missing a method would be instantiated there without complaint.
-        if name not in self._instances:
-            self._instances[name] = self._classes[name]()
-        return self._instances[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._classes)
-
-    def __len__(self) -> int:
-        return len(self._classes)
-
-
-def _qualified_name(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
-DIALECTS = DialectRegistry()
 
 
 def _with_dict_arguments(message: dict[str, Any]) -> dict[str, Any]:

@@ -122,7 +122,6 @@ class GLM4Parser(StreamParser):
 class GLM4Dialect(Dialect):
     name = "glm4"
     label = "GLM-4 (name + JSON, observation role)"
-    order = 1
     detection_priority = 1  # before Llama 3.1, whose test is looser
     stop_strings = (OBSERVATION,)
 

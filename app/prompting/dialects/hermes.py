@@ -214,7 +214,6 @@ class HermesParser(StreamParser):
 class HermesDialect(Dialect):
     name = "hermes"
     label = "Hermes / Qwen (<tool_call> tags)"
-    order = 0
     detection_priority = -1  # tried last: GLM-4.5's template writes <tool_call> too, next to <|observation|>
 
     @classmethod

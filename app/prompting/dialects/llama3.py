@@ -65,7 +65,6 @@ class Llama3Parser(StreamParser):
 class Llama3JsonDialect(Dialect):
     name = "llama3_json"
     label = "Llama 3.1 JSON ({name, parameters})"
-    order = 2
     stop_strings = ("<|eom_id|>",)  # ends a <|python_tag|> call turn
 
     @classmethod
