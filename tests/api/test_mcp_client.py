@@ -1,5 +1,5 @@
 """Tools from MCP servers through the SDK's client, against real servers written with the SDK's server API
-(tests/mcp_servers/demo_server.py): one started over stdio from an mcp.json, one on Streamable HTTP on 127.0.0.1."""
+(examples/mcp_servers/demo_server.py): one started over stdio from an mcp.json, one on Streamable HTTP on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from harness.local_http import free_port
 from harness.processes import listening_process
 from tests.helpers import TOOLS_PAGE, collect, open_app
 
-SERVER = Path(__file__).parent.parent / "mcp_servers" / "demo_server.py"
+SERVER = Path(__file__).parents[2] / "examples" / "mcp_servers" / "demo_server.py"
 TOKEN = "s3cret-token"
 BUILTINS = load_tools().names
 DEMO_TOOLS = ["add", "echo", "paint", "demo_calculator", "process_id", "calls_seen", "crash", "hang", "fail",

@@ -1,5 +1,5 @@
 """MCP beyond tools, client side: prompts, resources (and templates) and structured results, through the SDK's
-client against the real demo server (tests/mcp_servers/demo_server.py, over stdio from an mcp.json, and over
+client against the real demo server (examples/mcp_servers/demo_server.py, over stdio from an mcp.json, and over
 Streamable HTTP), the app's own MCP server at the protocol versions the SDK lets a client choose, and the Tools
 page in AppTest: a prompt put into the message box, a resource attached to the sent message and reaching the
 model's prompt, a structured result shown in its card and still there after a reload. Hostile servers too: a
@@ -413,5 +413,5 @@ def test_the_all_tools_page_attaches_a_resource_next_to_an_uploaded_file(monkeyp
         sent = database.get("local", entry.id).messages[0]
         assert [(a.name, a.text) for a in sent.attachments] == [
             ("notes.txt", "An uploaded note."),
-            ("The demo server's readme", "The demo server answers from tests/mcp_servers/demo_server.py. Remember "
+            ("The demo server's readme", "The demo server answers from examples/mcp_servers/demo_server.py. Remember "
                                          "the word PELICAN.")]

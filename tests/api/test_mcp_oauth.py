@@ -280,7 +280,8 @@ def test_a_server_that_wants_a_bearer_token_says_so(manager):
     """A 401 without any OAuth metadata: the SDK's fallback finds nothing to sign in with, and the status says to
     give the server its token (the demo server wants one)."""
     port = free_port()
-    demo = subprocess.Popen([sys.executable, str(SERVERS.with_name("demo_server.py")), "http", str(port), "t0ken"],
+    demo_server = SERVERS.parents[2] / "examples" / "mcp_servers" / "demo_server.py"
+    demo = subprocess.Popen([sys.executable, str(demo_server), "http", str(port), "t0ken"],
                             stdin=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 60

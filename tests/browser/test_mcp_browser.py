@@ -15,7 +15,7 @@ from playwright.sync_api import expect
 from tests.browser.test_browser import ask_with_a_forced_call
 from tests.helpers import ARTIFACTS, model_loaded, readme_screenshot, streamlit_app
 
-SERVER = Path(__file__).parent.parent / "mcp_servers" / "demo_server.py"
+SERVER = Path(__file__).parents[2] / "examples" / "mcp_servers" / "demo_server.py"
 
 
 def test_the_model_calls_an_mcp_tool_and_answers_from_its_result(smollm2_dir, browser, tmp_path):

@@ -1,4 +1,4 @@
-"""A real MCP server for the tests, written with the SDK's server API.
+"""An example MCP server, written with the SDK's server API: mcp.example.json starts it, and the tests use it too.
 
     python demo_server.py stdio                  # over stdin/stdout, as mcp.json starts it
     python demo_server.py http PORT [TOKEN]      # Streamable HTTP on 127.0.0.1:PORT/mcp, bearer TOKEN if given
@@ -148,7 +148,7 @@ server.add_prompt(Prompt(name="muddled", description="The same argument twice.",
 @server.resource("memo://readme", name="readme", title="The demo server's readme", mime_type="text/plain",
                  description="How this server works.")
 def readme() -> str:
-    return "The demo server answers from tests/mcp_servers/demo_server.py. Remember the word PELICAN."
+    return "The demo server answers from examples/mcp_servers/demo_server.py. Remember the word PELICAN."
 
 
 @server.resource("image://red", name="red-square", mime_type="image/png", description="A small red picture.")
