@@ -61,7 +61,7 @@ def run_sessions(stream: Stream, sessions: int, tokens: int, spread_s: float = 0
         time.sleep(max(0.0, start + spread_s * i / sessions - time.perf_counter()))
         try:
             samples.append(stream(prompt(i), tokens))
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:  # reported below
             errors.append(exc)
 
     threads = [threading.Thread(target=session, args=(i,)) for i in range(sessions)]

@@ -35,7 +35,7 @@ def serve(routes: dict[str, Route]) -> Iterator[str]:
             self.end_headers()
             self.wfile.write(payload)
 
-        do_GET = do_POST = _answer  # noqa: N815 (http.server's naming)
+        do_GET = do_POST = _answer  # http.server's naming
 
         def log_message(self, *args: Any) -> None:
             pass

@@ -297,7 +297,7 @@ def vllm_server(smollm2_dir: Path):
 
     port = free_port()
     ARTIFACTS.mkdir(exist_ok=True)
-    log = open(ARTIFACTS / "vllm-server.log", "w")  # noqa: SIM115 - closed after the server stops
+    log = open(ARTIFACTS / "vllm-server.log", "w")  # closed after the server stops
     server = subprocess.Popen(
         ["timeout", "1800", sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(smollm2_dir),
          "--served-model-name", "smollm2", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",

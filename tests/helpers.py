@@ -61,7 +61,7 @@ def at_once(threads: int, work: Callable[[int], None], timeout_s: float = 120) -
         try:
             barrier.wait()
             work(worker)
-        except BaseException as exc:  # noqa: BLE001 - returned to the caller
+        except BaseException as exc:  # returned to the caller
             failures.append(exc)
 
     workers = [threading.Thread(target=run, args=(worker,)) for worker in range(threads)]

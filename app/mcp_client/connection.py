@@ -528,4 +528,4 @@ def _errlog() -> TextIO:
                 return stream
         except (AttributeError, OSError, ValueError):
             continue
-    return open(os.devnull, "w")  # noqa: SIM115 (lives as long as the server)
+    return open(os.devnull, "w")  # lives as long as the server

@@ -124,7 +124,7 @@ def outbound_trap() -> Iterator[tuple[str, list[str]]]:
             self.send_header("Content-Length", "0")
             self.end_headers()
 
-        do_CONNECT = do_GET = do_POST = do_PUT = do_HEAD = _refuse  # noqa: N815 (http.server's naming)
+        do_CONNECT = do_GET = do_POST = do_PUT = do_HEAD = _refuse  # http.server's naming
 
         def log_message(self, *args: Any) -> None:
             pass

@@ -133,7 +133,7 @@ class _Recorder(BaseHTTPRequestHandler):
         self.send_header("Content-Length", "0")
         self.end_headers()
 
-    do_GET = do_POST = do_DELETE = _answer  # noqa: N815 (http.server's naming)
+    do_GET = do_POST = do_DELETE = _answer  # http.server's naming
 
     def log_message(self, *args: Any) -> None:
         pass

@@ -174,7 +174,7 @@ def run_python(code: str, namespace: dict[str, Any], where: str) -> str:
     """Run an example's code in `namespace` (`where`: the file it comes from); what it printed."""
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        exec(compile(code, str(ROOT / where), "exec"), namespace)  # noqa: S102 (the documentation's own example)
+        exec(compile(code, str(ROOT / where), "exec"), namespace)  # the documentation's own example
     return printed.getvalue()
 
 

@@ -97,7 +97,7 @@ def choose(page, selectbox, option):
         item = page.get_by_role("option", name=option, exact=True)
         try:
             item.click(timeout=3_000)
-        except Exception:  # noqa: BLE001 - playwright's TimeoutError: the list closed before the click
+        except Exception:  # playwright's TimeoutError: the list closed before the click
             continue
         page.wait_for_timeout(500)
         inputs = selectbox.locator("input")

@@ -24,7 +24,7 @@ def listener() -> Iterator[tuple[str, list[str]]]:
     paths: list[str] = []
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        def do_GET(self) -> None:  # http.server's naming
             paths.append(self.path)
             self.send_response(404)
             self.send_header("Content-Length", "0")

@@ -51,7 +51,7 @@ def at_once(jobs: list[Callable[[], Any]], stagger_s: float = 0.0) -> list[Any]:
         time.sleep(i * stagger_s)
         try:
             results[i] = jobs[i]()
-        except BaseException as exc:  # noqa: BLE001 - re-raised below
+        except BaseException as exc:  # re-raised below
             errors.append(exc)
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]

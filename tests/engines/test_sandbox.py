@@ -161,7 +161,7 @@ def test_every_process_it_started_ends_with_the_session():
                        f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep({marker})'], "
                        "start_new_session=True)\n"
                        "time.sleep(15)")
-        except Exception:  # noqa: BLE001 - the session is closed under it: how the cell ends does not matter
+        except Exception:  # the session is closed under it: how the cell ends does not matter
             pass
 
     running = threading.Thread(target=cell)

@@ -152,7 +152,7 @@ def test_long_results_are_cut_for_the_model_only():
 # ----- get_weather against a stand-in that speaks Open-Meteo's protocol (the real one is unreachable here) -----
 
 class OpenMeteo(BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802 (http.server's naming)
+    def do_GET(self):  # http.server's naming
         url = urlparse(self.path)
         query = parse_qs(url.query)
         if url.path == "/v1/search":
@@ -217,7 +217,7 @@ def test_get_weather_offline_is_a_clear_observation(monkeypatch):
     assert not result.ok and "could not be reached" in result.content and "offline" in result.content
 
 
-class socket_closed_port:  # noqa: N801 - used as a context manager
+class socket_closed_port:  # used as a context manager
     """A port on 127.0.0.1 that nothing listens on."""
 
     def __enter__(self) -> int:
@@ -325,7 +325,7 @@ def test_a_schemas_remote_ref_is_never_fetched():
     requests: list[str] = []
 
     class Recorder(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 (http.server's naming)
+        def do_GET(self):  # http.server's naming
             requests.append(self.path)
             self.send_response(200)
             self.end_headers()

@@ -273,7 +273,7 @@ def save_interrupted(page: str, conversation: Conversation) -> None:
     run is on its way out, and whatever Streamlit refuses now is logged."""
     try:
         save(page, conversation)
-    except BaseException:  # noqa: BLE001 - Streamlit's own stop signal too: the caller re-raises its own
+    except BaseException:  # Streamlit's own stop signal too: the caller re-raises its own
         log.warning("What an interrupted turn left could not be saved", exc_info=True)
 
 

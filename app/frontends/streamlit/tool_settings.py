@@ -22,7 +22,7 @@ def render(client: Client | None, page: str, registry: ToolRegistry | None = Non
     """The page's tool settings (each page keeps its own) over `registry` (default: the built-in tools) and the
     tools of the MCP servers this session sees."""
     registry = registry if registry is not None else load_tools()
-    KEY_PREFIX = f"{KEPT_PREFIX}{page}."  # noqa: N806 (reads like the constant it is within one page)
+    KEY_PREFIX = f"{KEPT_PREFIX}{page}."  # reads like the constant it is within one page
     with sidebar.page_section():
         st.subheader("Tools")
         registry = registry.merged(mcp_settings.tools(taken=registry.names))
