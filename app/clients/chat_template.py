@@ -14,6 +14,7 @@ from app.clients.client_protocol import ClientError, GenerationParams, ResponseF
 from app.clients.raw_prompt import raw_prompt_ids
 from app.clients.vision import NO_VISION, PromptImages, has_images
 from app.config import SchemaLimits
+from app.domain.chat_messages import ChatMessage
 from app.limits.schema_limits import schema_size_problem
 from app.prompting.chat_format import PromptTooLong, ResponseProcessor, fit_to_context, process_response
 from app.prompting.dialects import ConstrainedCall, Dialect, detect_dialect, get_dialect
@@ -86,7 +87,7 @@ class ChatTemplate:
     def vision(self) -> bool:
         return self.processor is not None
 
-    def apply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+    def apply(self, messages: list[ChatMessage], tools: list[ChatMessage] | None = None,
               add_generation_prompt: bool = True) -> str:
         """The chat template's text for text-only messages (a vision template gets every content as parts)."""
         if self.vision:
@@ -156,7 +157,7 @@ class ChatTemplate:
                 raise ClientError(str(exc)) from exc
         return self.dialect
 
-    def render(self, messages: list[dict[str, Any]], tools: ToolRequest | None = None,
+    def render(self, messages: list[ChatMessage], tools: ToolRequest | None = None,
                images: PromptImages | None = None, thinking: bool | None = None) -> Encoded:
         """The prompt: the dialect puts tools, past calls and results where this model expects them; the processor
         turns the pictures into the model's image tokens and tensors (`images` decodes them, once per prompt).
@@ -182,7 +183,7 @@ class ChatTemplate:
 
     def prepare(
         self,
-        messages: list[dict[str, Any]],
+        messages: list[ChatMessage],
         params: GenerationParams,
         tools: ToolRequest | None,
         response_format: ResponseFormat | None = None,
@@ -248,7 +249,7 @@ class ChatTemplate:
         """The generation prompt ends inside a thought (DeepSeek-R1's and QwQ's templates open it for the model)."""
         return self.thinking_markers is not None and prompt.rstrip().endswith(self.thinking_markers.open)
 
-    def _fit(self, messages: list[dict[str, Any]], params: GenerationParams,
+    def _fit(self, messages: list[ChatMessage], params: GenerationParams,
              tools: ToolRequest | None) -> tuple[Encoded, int]:
         """The newest turns that fit, rendered, and how many messages were dropped."""
         # Reserve room for the answer, but never more than half the window: a large "max new tokens" on a small
@@ -258,7 +259,7 @@ class ChatTemplate:
         fitting: dict[int, Encoded] = {}  # each candidate that fit, rendered, by its message count
         images = PromptImages(self.processor) if self.vision else None
 
-        def count(candidate: list[dict[str, Any]]) -> int:
+        def count(candidate: list[ChatMessage]) -> int:
             encoded = self.render(candidate, tools, images, params.thinking)
             if len(encoded.token_ids) <= budget:
                 fitting[len(candidate)] = encoded
@@ -318,7 +319,7 @@ def _check_grammar_sizes(tools: ToolRequest | None, response_format: ResponseFor
                                   f"{problem}.")
 
 
-def _grammar(forced: list[ConstrainedCall], dialect: Dialect, offered: list[dict[str, Any]],
+def _grammar(forced: list[ConstrainedCall], dialect: Dialect, offered: list[ChatMessage],
              response_format: ResponseFormat | None) -> str | None:
     """EBNF for the reply: one of the `forced` calls; else, with a JSON response format, that JSON or a call to one
     of the `offered` tools; else none (free text)."""

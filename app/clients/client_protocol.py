@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from app.clients.generation_defaults import GenerationDefaults
+from app.domain.chat_messages import ChatMessage
 from app.domain.conversation import AnswerMetrics, CallFragment, ToolCall
 from app.domain.generation_params import GenerationParams  # defined below generation_defaults; used from here too
 
@@ -167,7 +168,7 @@ class Client(Protocol):
 
     def stream(
         self,
-        messages: list[dict[str, Any]],
+        messages: list[ChatMessage],
         params: GenerationParams,
         cancel: threading.Event,
         tools: ToolRequest | None = None,
@@ -209,7 +210,7 @@ class Client(Protocol):
 class PromptWarming(Protocol):
     """A client whose engine keeps a prompt cache it can fill ahead of a request (llama.cpp's runner)."""
 
-    def warm(self, messages: list[dict[str, Any]], params: GenerationParams, tools: ToolRequest | None) -> None:
+    def warm(self, messages: list[ChatMessage], params: GenerationParams, tools: ToolRequest | None) -> None:
         """Read, in the background and only while nothing else waits, the beginning every turn starting with
         `messages` shares (the system prompt and the tools' schemas), so that such a turn reads only what follows."""
         ...

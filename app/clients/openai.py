@@ -29,6 +29,7 @@ from app.clients.client_protocol import Capabilities, ClientError, Delta, Genera
 from app.clients.generation_defaults import generation_defaults
 from app.clients.streaming import EngineFeed, EngineOutput, stream_engine
 from app.config import ModelSettings
+from app.domain.chat_messages import ChatMessage
 from app.domain.conversation import AnswerMetrics, CallFragment
 from app.domain.generation_params import SAMPLING_FIELDS
 from app.prompting.chat_format import ResponseProcessor
@@ -138,7 +139,7 @@ class OpenAIClient:
                 request["extra_body"] = extra
         return request
 
-    def _request(self, messages: list[dict[str, Any]], params: GenerationParams, tools: ToolRequest | None,
+    def _request(self, messages: list[ChatMessage], params: GenerationParams, tools: ToolRequest | None,
                  response_format: ResponseFormat | None) -> dict[str, Any]:
         request = {**self._settings(params), "messages": messages}
         if self._extra_sampling and params.thinking is not None:  # vLLM's (and our server's) template switch
@@ -157,7 +158,7 @@ class OpenAIClient:
 
     def stream(
         self,
-        messages: list[dict[str, Any]],
+        messages: list[ChatMessage],
         params: GenerationParams,
         cancel: threading.Event,
         tools: ToolRequest | None = None,

@@ -17,6 +17,7 @@ from app.clients.client_protocol import Capabilities, ClientError, Delta, Genera
 from app.clients.generation_defaults import GenerationDefaults, generation_defaults
 from app.clients.streaming import EngineRequest, stream_engine
 from app.config import ImageSettings
+from app.domain.chat_messages import ChatMessage
 from app.domain.conversation import AnswerMetrics
 
 
@@ -58,7 +59,7 @@ class LocalTemplateClient(ABC):
 
     def stream(
         self,
-        messages: list[dict[str, Any]],
+        messages: list[ChatMessage],
         params: GenerationParams,
         cancel: threading.Event,
         tools: ToolRequest | None = None,

@@ -5,13 +5,14 @@ family transformers supports: the processor expands each image placeholder the c
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from PIL import Image
 
 from app.clients.client_protocol import ClientError
+from app.domain.chat_messages import ChatMessage, TemplateMessage
 from app.domain.media import ImageError, fit_within, from_data_url, open_rgb
 
 VISION_MODEL_EXAMPLES = ("SmolVLM-256M-Instruct or SmolVLM-500M-Instruct on a CPU; Qwen2.5-VL-7B-Instruct or "
@@ -42,11 +43,11 @@ def load_processor(model_path: Path) -> Any:
     return processor
 
 
-def has_images(messages: Sequence[dict[str, Any]]) -> bool:
+def has_images(messages: Sequence[ChatMessage]) -> bool:
     return any(part.get("type") == "image_url" for message in messages for part in _parts(message))
 
 
-def _parts(message: dict[str, Any]) -> list[dict[str, Any]]:
+def _parts(message: Mapping[str, Any]) -> list[dict[str, Any]]:
     content = message.get("content")
     return [part for part in content if isinstance(part, dict)] if isinstance(content, list) else []
 
@@ -59,11 +60,11 @@ class PromptImages:
         self.processor = processor
         self._decoded: dict[str, Image.Image] = {}
 
-    def template_messages(self, messages: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[Image.Image]]:
+    def template_messages(self, messages: Sequence[TemplateMessage]) -> tuple[list[TemplateMessage], list[Image.Image]]:
         """Messages for a vision chat template, and their images in order. Every content becomes a list of parts
         (vision templates iterate over parts; SmolVLM's cannot render a plain string) and an image part the
         template's own {"type": "image"} placeholder."""
-        out: list[dict[str, Any]] = []
+        out: list[TemplateMessage] = []
         images: list[Image.Image] = []
         for message in messages:
             content = message.get("content")

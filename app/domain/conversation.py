@@ -9,17 +9,17 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from app.domain.chat_messages import ChatMessage, ContentPart, ImagePart, Role, TextPart, ToolCallMessage
 from app.domain.media import check_message_images, from_data_url, prepare_image, to_data_url
 from app.limits.json_limits import JSONLimitError, loads_bounded
 
 # Fetches an http(s) image URL for `from_openai` (the API server's, when it allows image URLs): raw bytes.
 ImageFetcher = Callable[[str], bytes]
 
-Role = Literal["system", "user", "assistant", "tool"]
 ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
 FinishReason = Literal["stop", "length", "cancelled", "tool_calls", "error"]
 ToolStatus = Literal["ok", "failed", "stopped", "denied"]  # denied: the user declined to run the call
@@ -41,7 +41,7 @@ class ToolCall:
     id: str = field(default_factory=new_call_id)
     edited_from: dict[str, Any] | None = None
 
-    def to_openai(self) -> dict[str, Any]:
+    def to_openai(self) -> ToolCallMessage:
         return {
             "id": self.id,
             "type": "function",
@@ -49,7 +49,9 @@ class ToolCall:
         }
 
     @classmethod
-    def from_openai(cls, data: dict[str, Any]) -> ToolCall:
+    def from_openai(cls, data: Mapping[str, Any]) -> ToolCall:
+        """A call from OpenAI's shape (`ToolCallMessage`), checked: `data` comes from outside (an API request, an
+        import); arguments may also be an object already."""
         if not isinstance(data, dict) or not isinstance(data.get("function") or {}, dict):
             raise ValueError('a tool call must be an object like {"id": ..., "type": "function", "function": '
                              '{"name": ..., "arguments": ...}}')
@@ -213,13 +215,14 @@ class Message:
     def images(self) -> list[Attachment]:
         return [a for a in self.attachments if a.kind == "image" and a.data]
 
-    def to_openai(self) -> dict[str, Any]:
+    def to_openai(self) -> ChatMessage:
         """This message as an OpenAI chat message. A user's pictures come first, as `image_url` parts with data
         URLs, then the text; a tool's images (plots) are not part of it (OpenAI tool messages carry text only:
         `process_input` shows them to a vision model when asked to)."""
-        data: dict[str, Any] = {"role": self.role, "content": self.prompt_text()}
+        data: ChatMessage = {"role": self.role, "content": self.prompt_text()}
         if self.role == "user" and self.images:
-            data["content"] = [*(image_part(image) for image in self.images), *text_parts(self.prompt_text())]
+            parts: list[ContentPart] = [*(image_part(image) for image in self.images), *text_parts(self.prompt_text())]
+            data["content"] = parts
         if self.tool_calls:
             data["tool_calls"] = [call.to_openai() for call in self.tool_calls]
         if self.role == "tool":
@@ -229,8 +232,9 @@ class Message:
         return data
 
     @classmethod
-    def from_openai(cls, data: dict[str, Any], fetch_image: ImageFetcher | None = None) -> Message:
-        """A message from OpenAI's shape. Images (`image_url` parts of a user message) are decoded and checked here
+    def from_openai(cls, data: Mapping[str, Any], fetch_image: ImageFetcher | None = None) -> Message:
+        """A message from OpenAI's shape (`ChatMessage`), checked: `data` comes from outside (an API request, an
+        import). Images (`image_url` parts of a user message) are decoded and checked here
         (app/domain/media.py); an http(s) image URL needs `fetch_image`, without it only `data:` URLs are taken."""
         if not isinstance(data, dict):
             raise ValueError("a message must be a JSON object")
@@ -252,12 +256,12 @@ class Message:
         )
 
 
-def image_part(image: Attachment) -> dict[str, Any]:
+def image_part(image: Attachment) -> ImagePart:
     """An image as an OpenAI content part, its bytes inline as a data URL."""
     return {"type": "image_url", "image_url": {"url": to_data_url(image.data)}}
 
 
-def text_parts(text: str) -> list[dict[str, Any]]:
+def text_parts(text: str) -> list[TextPart]:
     return [{"type": "text", "text": text}] if text else []
 
 
@@ -269,7 +273,7 @@ def _tool_calls(value: Any) -> list[Any]:
     return value
 
 
-def _optional_text(data: dict[str, Any], key: str) -> str | None:
+def _optional_text(data: Mapping[str, Any], key: str) -> str | None:
     value = data.get(key)
     if value is not None and not isinstance(value, str):
         raise ValueError(f"{key} must be a string")
@@ -397,11 +401,13 @@ class Conversation:
         head.versions, head.version_index = [], 0
         return every
 
-    def to_openai(self) -> list[dict[str, Any]]:
+    def to_openai(self) -> list[ChatMessage]:
         return [message.to_openai() for message in self.messages]
 
     @classmethod
-    def from_openai(cls, messages: list[dict[str, Any]], fetch_image: ImageFetcher | None = None) -> Conversation:
+    def from_openai(cls, messages: Sequence[Mapping[str, Any]],
+                    fetch_image: ImageFetcher | None = None) -> Conversation:
+        """OpenAI chat messages from outside (an API request, an import), each checked (`Message.from_openai`)."""
         if not isinstance(messages, list):
             raise ValueError("messages must be a list")
         return cls(messages=[Message.from_openai(item, fetch_image) for item in messages])

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.domain.chat_messages import ChatMessage, ContentPart
 from app.domain.conversation import (
     Attachment,
     CallFragment,
@@ -71,12 +72,12 @@ class ImagePolicy:
 
 
 def process_input(conversation: Conversation, system_prompt: str = "",
-                  images: ImagePolicy | None = None) -> list[dict[str, Any]]:
+                  images: ImagePolicy | None = None) -> list[ChatMessage]:
     """OpenAI-format messages to prompt with: the system prompt first, failed or empty answers left out, the
     user's pictures as `image_url` parts as `images` allows (by default all of them, and no tool images)."""
     policy = images or ImagePolicy()
     shown = policy.shown(conversation)
-    messages: list[dict[str, Any]] = []
+    messages: list[ChatMessage] = []
     if system_prompt.strip():
         messages.append({"role": "system", "content": system_prompt.strip()})
     tool_images: list[tuple[str, Attachment]] = []  # images of the tool results just added, and their tool
@@ -95,18 +96,18 @@ def process_input(conversation: Conversation, system_prompt: str = "",
     return messages
 
 
-def _prompt_message(message: Message, shown: set[int], policy: ImagePolicy, newest: bool) -> dict[str, Any]:
+def _prompt_message(message: Message, shown: set[int], policy: ImagePolicy, newest: bool) -> ChatMessage:
     data = message.to_openai()
     if message.role != "user" or not message.images:
         return data
-    parts = [image_part(image) for image in message.images if id(image) in shown]
+    parts: list[ContentPart] = [image_part(image) for image in message.images if id(image) in shown]
     notes = [policy.note(image, newest) for image in message.images if id(image) not in shown]
     text = "\n".join([*notes, message.prompt_text()]).strip()
     data["content"] = [*parts, *text_parts(text)] if parts else text
     return data
 
 
-def _tool_images_message(images: list[tuple[str, Attachment]]) -> dict[str, Any]:
+def _tool_images_message(images: list[tuple[str, Attachment]]) -> ChatMessage:
     """Tool results hold text only (in OpenAI's API and in chat templates): the pictures tools made follow them in
     a user turn that says where they come from."""
     names = ", ".join(f"{image.name} from {tool}" for tool, image in images)
@@ -296,14 +297,14 @@ class PromptTooLong(ValueError):
 
 @dataclass
 class FittedPrompt:
-    messages: list[dict[str, Any]]
+    messages: list[ChatMessage]
     token_count: int
     dropped_messages: int
 
 
 def fit_to_context(
-    messages: Sequence[dict[str, Any]],
-    count_tokens: Callable[[list[dict[str, Any]]], int],
+    messages: Sequence[ChatMessage],
+    count_tokens: Callable[[list[ChatMessage]], int],
     budget: int,
 ) -> FittedPrompt:
     """Drop the oldest turns (a user message and what answered it) until the prompt fits `budget` tokens.

@@ -1,8 +1,13 @@
+import io
 import json
+import types
+import typing
 
 import pytest
+from PIL import Image
 
-from app.domain.conversation import AnswerMetrics, Conversation, Message, ToolCall
+from app.domain.chat_messages import ChatMessage
+from app.domain.conversation import AnswerMetrics, Attachment, Conversation, Message, ToolCall
 
 
 def test_openai_round_trip_keeps_every_role_and_tool_call():
@@ -124,3 +129,41 @@ def test_a_version_started_twice_before_an_answer_keeps_both_earlier_ones():
     assert conversation.version_count(1) == (2, 2)
     conversation.switch_version(1, 1)
     assert conversation.messages[1].content == "first"
+
+
+def _conforms(value, hint) -> bool:
+    """`value` has the shape `hint` (a chat_messages TypedDict, a union, a list or a literal) states."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if typing.is_typeddict(hint):
+        hints = typing.get_type_hints(hint)
+        return (isinstance(value, dict) and hint.__required_keys__ <= value.keys() <= hints.keys()
+                and all(_conforms(value[key], hints[key]) for key in value))
+    if origin in (typing.Union, types.UnionType):
+        return any(_conforms(value, arg) for arg in args)
+    if origin is typing.Literal:
+        return value in args
+    if origin is list:
+        return isinstance(value, list) and all(_conforms(item, args[0]) for item in value)
+    return value is None if hint is type(None) else isinstance(value, hint)
+
+
+def test_to_openai_writes_the_chat_message_types_it_declares():
+    buffer = io.BytesIO()
+    Image.new("RGB", (4, 4), (0, 128, 128)).save(buffer, "PNG")
+    picture = Attachment(kind="image", name="a.png", data=buffer.getvalue())
+    call = ToolCall(name="get_weather", arguments={"city": "Paris"})
+    conversation = Conversation(messages=[
+        Message(role="system", content="Be brief."),
+        Message(role="user", content="What is this?", attachments=[picture]),
+        Message(role="assistant", content="", tool_calls=[call]),
+        Message(role="tool", content="21 °C", tool_call_id=call.id, name="get_weather"),
+        Message(role="assistant", content="Sunny.", thinking="It said 21."),
+    ])
+    written = conversation.to_openai()
+    assert [message["role"] for message in written] == ["system", "user", "assistant", "tool", "assistant"]
+    assert all(_conforms(message, ChatMessage) for message in written)
+    assert isinstance(written[1]["content"], list) and written[2]["tool_calls"]
+    # The checker itself tells a wrong shape apart.
+    assert not _conforms({"role": "user", "content": [{"type": "image_url", "image_url": "data:,"}]}, ChatMessage)
+    assert not _conforms({"role": "user", "metadata": ""}, ChatMessage)
+    assert not _conforms({"content": "no role"}, ChatMessage)

@@ -32,6 +32,7 @@ from app.clients.prefix_store import MIN_REUSE, PromptCacheStats
 from app.clients.streaming import EngineFeed, EngineOutput, EngineRequest
 from app.clients.template_client import LocalTemplateClient
 from app.config import ModelSettings
+from app.domain.chat_messages import ChatMessage
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +119,7 @@ class LlamaCppClient(LocalTemplateClient):
             self._waiting += waiting
             self._generating += generating
 
-    def warm(self, messages: list[dict[str, Any]], params: GenerationParams, tools: ToolRequest | None) -> None:
+    def warm(self, messages: list[ChatMessage], params: GenerationParams, tools: ToolRequest | None) -> None:
         """Have the runner read what every turn after `messages` starts with (up to the user's first words), once
         per distinct beginning; it does so only while no reply waits (app/clients/client_protocol.py's
         PromptWarming)."""

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from app.domain.chat_messages import ChatMessage, TemplateMessage
 from app.domain.conversation import CallFragment, ToolCall, new_call_id
 from app.limits.json_limits import loads_bounded
 from app.prompting.code_blocks import CODE_FENCE_CLOSE, CODE_FENCE_OPEN
@@ -63,7 +64,7 @@ def code_call(tool: dict[str, Any], lead: str = "") -> ConstrainedCall:
 class RenderedPrompt:
     """Messages and tools ready for `tokenizer.apply_chat_template(messages, tools=tools)`."""
 
-    messages: list[dict[str, Any]]
+    messages: list[TemplateMessage]
     tools: list[dict[str, Any]] | None
 
 
@@ -263,7 +264,7 @@ class Dialect(ABC):
 
     def render(
         self,
-        messages: Sequence[dict[str, Any]],
+        messages: Sequence[ChatMessage],
         tools: list[dict[str, Any]] | None,
         native: bool,
         tool_role: bool = True,
@@ -277,16 +278,16 @@ class Dialect(ABC):
             return self.render_native(normalised, tools or None)
         return self.render_fallback(normalised, tools or [], tool_role)
 
-    def render_native(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> RenderedPrompt:
+    def render_native(self, messages: list[TemplateMessage], tools: list[dict[str, Any]] | None) -> RenderedPrompt:
         return RenderedPrompt(messages, tools)
 
     def render_fallback(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], tool_role: bool = True
+        self, messages: list[TemplateMessage], tools: list[dict[str, Any]], tool_role: bool = True
     ) -> RenderedPrompt:
         """For templates that render no tools: describe the tools in the system prompt, leave past calls out and
         keep results in the tool role (generic templates such as SmolLM2's ChatML render any role; small models
         answered from a `tool` turn far better than from a user turn that quotes the result)."""
-        out: list[dict[str, Any]] = []
+        out: list[TemplateMessage] = []
         has_system = bool(messages) and messages[0].get("role") == "system"
         system = (messages[0].get("content") or "") if has_system else ""
         rest = messages[1:] if has_system else messages
@@ -317,19 +318,19 @@ class Dialect(ABC):
 
 
 
-def _with_dict_arguments(message: dict[str, Any]) -> dict[str, Any]:
+def _with_dict_arguments(message: ChatMessage) -> TemplateMessage:
     """Chat templates expect call arguments as a mapping (they `tojson` it); OpenAI messages carry a string."""
     if not message.get("tool_calls"):
-        return dict(message)
-    message = copy.deepcopy(message)
-    for call in message["tool_calls"]:
+        return {**message}
+    rendered: TemplateMessage = copy.deepcopy({**message})
+    for call in rendered["tool_calls"]:
         function = call.get("function") or {}
         if isinstance(function.get("arguments"), str):
             try:
                 function["arguments"] = loads_bounded(function["arguments"] or "{}")
             except ValueError:  # bad JSON, or JSON over a limit
                 function["arguments"] = {}
-    return message
+    return rendered
 
 
 def call_from_json(data: Any, tool_names: Sequence[str], require_known: bool,

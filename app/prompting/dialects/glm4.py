@@ -8,6 +8,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from app.domain.chat_messages import TemplateMessage
 from app.domain.conversation import ToolCall
 from app.limits.json_limits import loads_bounded
 from app.prompting.code_blocks import strip_code_fence
@@ -148,10 +149,10 @@ class GLM4Dialect(Dialect):
             "If no tool is needed, answer directly."
         )
 
-    def render_native(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> RenderedPrompt:
+    def render_native(self, messages: list[TemplateMessage], tools: list[dict[str, Any]] | None) -> RenderedPrompt:
         """GLM-4's template: tools on the system message (and as `tools=` for the -hf templates), a call as an
         assistant message whose metadata is the tool name and content the JSON, results in the observation role."""
-        out: list[dict[str, Any]] = []
+        out: list[TemplateMessage] = []
         for message in messages:
             role = message.get("role")
             if role == "assistant" and message.get("tool_calls"):

@@ -7,6 +7,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from app.domain.chat_messages import TemplateMessage
 from app.domain.conversation import ToolCall
 from app.limits.json_limits import loads_sequence
 from app.prompting.dialects.dialect import ConstrainedCall, Dialect, RenderedPrompt, StreamParser, call_from_json
@@ -89,9 +90,9 @@ class Llama3JsonDialect(Dialect):
             "If no tool is needed, answer directly."
         )
 
-    def render_native(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> RenderedPrompt:
+    def render_native(self, messages: list[TemplateMessage], tools: list[dict[str, Any]] | None) -> RenderedPrompt:
         # Llama 3.1's template renders one call per assistant message: split parallel calls.
-        out: list[dict[str, Any]] = []
+        out: list[TemplateMessage] = []
         for message in messages:
             calls = message.get("tool_calls") or []
             if message.get("role") == "assistant" and len(calls) > 1:

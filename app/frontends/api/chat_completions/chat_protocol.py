@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from app.clients.client_protocol import GenerationParams, ResponseFormat, ToolRequest
 from app.clients.generation_defaults import GenerationDefaults
 from app.config import ImageSettings, SchemaLimits
+from app.domain.chat_messages import ChatMessage
 from app.domain.conversation import Conversation, ImageFetcher
 from app.limits.schema_limits import schema_size_problem
 from app.limits.schema_validation import check_schema
@@ -290,7 +291,7 @@ def image_fetcher(settings: ImageSettings) -> ImageFetcher:
     return fetch
 
 
-def messages(request: ChatRequest, fetch_image: ImageFetcher | None = None) -> list[dict[str, Any]]:
+def messages(request: ChatRequest, fetch_image: ImageFetcher | None = None) -> list[ChatMessage]:
     try:
         return Conversation.from_openai(request.messages, fetch_image).to_openai()
     except ValueError as exc:

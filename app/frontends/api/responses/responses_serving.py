@@ -25,6 +25,7 @@ from starlette.concurrency import run_in_threadpool
 
 from app.clients.client_protocol import Delta
 from app.config import ImageSettings, RequestLimits
+from app.domain.chat_messages import ChatMessage
 from app.domain.conversation import Conversation
 from app.frontends.api.api_errors import documented_errors
 from app.frontends.api.chat_completions import chat_protocol as protocol
@@ -324,7 +325,7 @@ def _declared(value: Any) -> Any:
     return value
 
 
-def _checked_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _checked_messages(messages: list[dict[str, Any]]) -> list[ChatMessage]:
     """The messages checked and normalized as chat completions' are (images decoded and checked)."""
     try:
         return Conversation.from_openai(messages, protocol.image_fetcher(ImageSettings.from_env())).to_openai()
