@@ -87,13 +87,14 @@ class ChatTemplate:
     def vision(self) -> bool:
         return self.processor is not None
 
-    def apply(self, messages: list[ChatMessage], tools: list[ChatMessage] | None = None,
+    def apply(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
               add_generation_prompt: bool = True) -> str:
         """The chat template's text for text-only messages (a vision template gets every content as parts)."""
         if self.vision:
             messages = PromptImages(self.processor).template_messages(messages)[0]
-        return self.tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=add_generation_prompt,
-                                                  tokenize=False)
+        text: str = self.tokenizer.apply_chat_template(messages, tools=tools,
+                                                       add_generation_prompt=add_generation_prompt, tokenize=False)
+        return text
 
     # ----- facts about the template ------------------------------------------------------------------------
 
@@ -319,7 +320,7 @@ def _check_grammar_sizes(tools: ToolRequest | None, response_format: ResponseFor
                                   f"{problem}.")
 
 
-def _grammar(forced: list[ConstrainedCall], dialect: Dialect, offered: list[ChatMessage],
+def _grammar(forced: list[ConstrainedCall], dialect: Dialect, offered: list[dict[str, Any]],
              response_format: ResponseFormat | None) -> str | None:
     """EBNF for the reply: one of the `forced` calls; else, with a JSON response format, that JSON or a call to one
     of the `offered` tools; else none (free text)."""

@@ -122,9 +122,10 @@ def _bounded(draft: type[Validator]) -> type[Validator]:
 
 
 def _draft(schema: Any) -> type[Validator]:
+    draft: type[Validator] = Draft202012Validator
     if isinstance(schema, Mapping) and isinstance(schema.get("$schema"), str):
-        return validator_for(schema, default=Draft202012Validator)
-    return Draft202012Validator
+        draft = validator_for(schema, default=Draft202012Validator)
+    return draft
 
 
 def check_schema(schema: Any) -> None:

@@ -315,6 +315,7 @@ def _json_object(settings: Any) -> dict[str, Any]:
     if not isinstance(settings, dict):
         raise ValueError("settings must be a dict")
     try:
-        return json.loads(json.dumps(settings, allow_nan=False))
+        stored: dict[str, Any] = json.loads(json.dumps(settings, allow_nan=False))
+        return stored
     except (TypeError, ValueError) as exc:
         raise ValueError(f"settings must be JSON-serialisable: {exc}") from exc

@@ -15,9 +15,9 @@ import math
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from jsonschema import SchemaError
 from transformers.utils import get_json_schema
@@ -121,11 +121,13 @@ class Tool:
 
     @property
     def description(self) -> str:
-        return self.schema["function"].get("description", "")
+        description: str = self.schema["function"].get("description", "")
+        return description
 
     @property
     def parameters(self) -> dict[str, Any]:
-        return self.schema["function"]["parameters"]
+        parameters: dict[str, Any] = self.schema["function"]["parameters"]
+        return parameters
 
 
 def schema_for(function: Callable[..., Any]) -> dict[str, Any]:
@@ -244,7 +246,7 @@ class ToolRegistry:
     def __contains__(self, name: object) -> bool:
         return name in self._tools
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Tool]:
         return iter(self._tools.values())
 
     def add_marked(self, function: Callable[..., Any]) -> Tool:
@@ -398,14 +400,28 @@ class ToolOptions:
 _OPTIONS = "__tool_options__"
 
 
-def register_tool(function: Callable[..., Any] | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S,
-                  hints: ToolHints | None = None, output_schema: dict[str, Any] | None = None):
-    """Decorator: `@register_tool` or `@register_tool(timeout_s=30, hints=ToolHints(...), output_schema={...})` on a
-    typed, documented function (see `ToolRegistry.register`) marks it as a tool with those options. It registers
-    nothing by itself: app/tools/__init__.py names the built-in tools, and takes in the marked functions of
-    app/tools/custom.py."""
+_Function = TypeVar("_Function", bound=Callable[..., Any])
 
-    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+
+@overload
+def register_tool(function: _Function, *, timeout_s: float = DEFAULT_TIMEOUT_S, hints: ToolHints | None = None,
+                  output_schema: dict[str, Any] | None = None) -> _Function: ...
+
+
+@overload
+def register_tool(function: None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S, hints: ToolHints | None = None,
+                  output_schema: dict[str, Any] | None = None) -> Callable[[_Function], _Function]: ...
+
+
+def register_tool(function: _Function | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+                  hints: ToolHints | None = None,
+                  output_schema: dict[str, Any] | None = None) -> _Function | Callable[[_Function], _Function]:
+    """Decorator: `@register_tool` or `@register_tool(timeout_s=30, hints=ToolHints(...), output_schema={...})` on a
+    typed, documented function (see `ToolRegistry.register`) marks it as a tool with those options and returns it
+    unchanged. It registers nothing by itself: app/tools/__init__.py names the built-in tools, and takes in the
+    marked functions of app/tools/custom.py."""
+
+    def decorate(fn: _Function) -> _Function:
         setattr(fn, _OPTIONS, ToolOptions(timeout_s, hints, output_schema))
         return fn
 

@@ -289,7 +289,8 @@ class BatchedDecoder:
         extra = {"logits_to_keep": 1} if self._keeps_last_logits else {}
         output = self.model(input_ids=input_ids, position_ids=positions, attention_mask=mask, past_key_values=cache,
                             use_cache=True, **extra)
-        return output.logits[:, -1, :]
+        logits: torch.Tensor = output.logits[:, -1, :]
+        return logits
 
     def _prefill_step(self) -> None:
         """Up to `prefill_chunk` prompt tokens, of the replies in arrival order; a reply whose prompt is all in its

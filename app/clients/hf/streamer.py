@@ -47,8 +47,8 @@ class IncrementalTextStreamer(BaseStreamer):
 
     def _decode_new(self, final: bool = False) -> str:
         decode = self.tokenizer.decode
-        prefix_text = decode(self._ids[self._prefix_offset : self._read_offset], skip_special_tokens=True)
-        full_text = decode(self._ids[self._prefix_offset :], skip_special_tokens=True)
+        prefix_text: str = decode(self._ids[self._prefix_offset : self._read_offset], skip_special_tokens=True)
+        full_text: str = decode(self._ids[self._prefix_offset :], skip_special_tokens=True)
         if len(full_text) > len(prefix_text) and (final or not full_text.endswith(REPLACEMENT_CHAR)):
             self._prefix_offset = self._read_offset
             self._read_offset = len(self._ids)

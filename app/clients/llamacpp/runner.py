@@ -228,7 +228,8 @@ class _GrammarMask:
         try:
             row = torch.from_numpy(np.ascontiguousarray(scores, dtype=np.float32)).unsqueeze(0)
             ids = torch.from_numpy(np.asarray(input_ids, dtype=np.int64)).unsqueeze(0)
-            return self.processor(ids, row)[0].numpy()
+            allowed: np.ndarray = self.processor(ids, row)[0].numpy()
+            return allowed
         except BaseException as exc:
             self.error = exc
             return np.full_like(scores, -np.inf)
