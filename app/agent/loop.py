@@ -28,7 +28,7 @@ from app.prompting.chat_format import ImagePolicy, process_input
 from app.tools.policy import RunPolicy
 from app.tools.provenance import foreign_text
 from app.tools.questions import AskedQuestion
-from app.tools.registry import RunningCall, ToolRegistry, ToolResult
+from app.tools.tool_registry import RunningCall, ToolRegistry, ToolResult
 
 DEFAULT_MAX_ROUNDS = 4
 _TOOL_POLL_S = 0.1

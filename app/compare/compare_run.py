@@ -39,7 +39,7 @@ from app.config import ModelSettings
 from app.domain.conversation import Conversation, ToolCall
 from app.prompting.chat_format import ImagePolicy
 from app.tools.questions import Answer, answer
-from app.tools.registry import RunningCall, ToolRegistry
+from app.tools.tool_registry import RunningCall, ToolRegistry
 
 ClientFor = Callable[[ModelSettings], Client]  # e.g. ClientPool.get: the (shared) client for a target's settings
 QUESTION_DECLINED = ("A tool asked a question in the middle of its call; a comparison declines such questions (ask "

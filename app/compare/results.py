@@ -19,7 +19,7 @@ from app.agent.loop import (
     TurnEvent,
 )
 from app.domain.conversation import AnswerMetrics, ToolCall
-from app.tools.registry import ToolRegistry
+from app.tools.tool_registry import ToolRegistry
 
 # How a call's run went: a tool message's status, "waiting" (for the user's approval, or its answer to a question)
 # or None (it never ran: it did not parse, or the turn ended first).

@@ -39,7 +39,7 @@ from app.clients.embedded_model import model_folder
 from app.clients.generation_defaults import defaults_for_settings
 from app.config import ModelSettings
 from app.domain.generation_params import SAMPLING_FIELDS, GenerationParams
-from app.tools.registry import TOOL_NAME
+from app.tools.tool_registry import TOOL_NAME
 
 MAX_TARGETS = 4  # panes side by side
 MAX_LABEL = 80

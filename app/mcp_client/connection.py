@@ -38,13 +38,13 @@ from pydantic import ValidationError
 
 from app.config import McpSettings
 from app.limits.schema_validation import SchemaValidator
-from app.mcp_client.config import HttpServer, ServerSpec, StdioServer
 from app.mcp_client.elicitation import Askers
 from app.mcp_client.http_client import PinnedTransport, cap_body
 from app.mcp_client.oauth import SignIn, SignInError
+from app.mcp_client.server_config import HttpServer, ServerSpec, StdioServer
 from app.tools.net_guard import check_url
 from app.tools.questions import QuestionChannel
-from app.tools.registry import ToolError
+from app.tools.tool_registry import ToolError
 
 CLIENT_INFO = types.Implementation(name="composite-llm-demo", version="1.0")
 FIRST_BACKOFF_S = 2.0

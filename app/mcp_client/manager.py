@@ -25,13 +25,13 @@ from mcp import types
 from mcp.client.auth import TokenStorage
 
 from app.config import McpSettings
-from app.mcp_client.config import SERVER_NAME, HttpServer, McpConfigError, ServerSpec, load_config
 from app.mcp_client.connection import STOP_TIMEOUT_S, ServerConnection, describe
 from app.mcp_client.oauth import DatabaseTokenStorage, NoTokenStorage, SessionTokenStorage, SignInError
+from app.mcp_client.server_config import SERVER_NAME, HttpServer, McpConfigError, ServerSpec, load_config
 from app.storage.database import open_database
 from app.storage.mcp_tokens import McpTokenStore, SecretKeyError, cipher
 from app.tools.net_guard import check_url
-from app.tools.registry import ToolError
+from app.tools.tool_registry import ToolError
 
 _GRACE_S = 5.0  # waiting on the loop only backs up the connection's own limits, which say more
 LIST_MAX_AGE_S = 30.0  # a tool listing older than this is fetched again when a page asks (servers change tools)

@@ -22,11 +22,19 @@ from mcp import types
 from app.config import SchemaLimits
 from app.limits.schema_limits import schema_size_problem
 from app.limits.schema_validation import check_schema
+from app.mcp_client.call_results import to_output
 from app.mcp_client.connection import ServerConnection
 from app.mcp_client.manager import McpManager
-from app.mcp_client.results import to_output
 from app.tools.questions import QuestionChannel, current_channel
-from app.tools.registry import Tool, ToolError, ToolHints, ToolOutput, ToolRegistry, function_schema, output_validator
+from app.tools.tool_registry import (
+    Tool,
+    ToolError,
+    ToolHints,
+    ToolOutput,
+    ToolRegistry,
+    function_schema,
+    output_validator,
+)
 
 logger = logging.getLogger(__name__)
 

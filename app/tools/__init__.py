@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from app.registry import Registry
-from app.tools.registry import ToolRegistry, marked_tools
+from app.tools.tool_registry import ToolRegistry, marked_tools
 
 # name -> its function ("module:function", marked with @register_tool there); imported by the first load_tools().
 BUILTIN_TOOLS: Registry[Callable[..., Any]] = Registry("built-in tool")

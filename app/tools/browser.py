@@ -14,7 +14,7 @@ import httpx
 from app.config import BrowserSettings
 from app.tools.documents import DocumentError, decode_text, extract_text
 from app.tools.net_guard import fetch_guarded
-from app.tools.registry import ToolError
+from app.tools.tool_registry import ToolError
 
 TIMEOUT_S = 10.0
 MAX_BYTES = 3 * 1024 * 1024

@@ -13,7 +13,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from app.tools.calculator import evaluate
-from app.tools.registry import ToolError, ToolHints, ToolOutput, json_number, register_tool
+from app.tools.tool_registry import ToolError, ToolHints, ToolOutput, json_number, register_tool
 from app.tools.units import UNITS, convert
 
 _NUMBER: dict[str, Any] = {"type": ["number", "null"],

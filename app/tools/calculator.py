@@ -7,7 +7,7 @@ import math
 import operator
 from collections.abc import Callable
 
-from app.tools.registry import ToolError
+from app.tools.tool_registry import ToolError
 
 MAX_EXPRESSION_CHARS = 500
 MAX_EXPONENT = 10_000  # 2 ** 10_000 is instant; 9 ** 9 ** 9 would hang the process

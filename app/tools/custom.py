@@ -11,7 +11,7 @@ reads, and then its calls run as the model makes them.
 
 from __future__ import annotations
 
-from app.tools.registry import ToolError, register_tool
+from app.tools.tool_registry import ToolError, register_tool
 
 
 @register_tool

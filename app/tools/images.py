@@ -13,7 +13,7 @@ import httpx
 
 from app.config import ImageApiSettings
 from app.domain.conversation import Attachment
-from app.tools.registry import ToolError, ToolHints, ToolOutput
+from app.tools.tool_registry import ToolError, ToolHints, ToolOutput
 
 TIMEOUT_S = 120.0
 MAX_IMAGE_BYTES = 20 * 1024 * 1024

@@ -22,7 +22,7 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 import httpx
 
 from app.config import BrowserSettings
-from app.tools.registry import ToolError
+from app.tools.tool_registry import ToolError
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from app.tools.registry import Tool
+from app.tools.tool_registry import Tool
 
 RunPolicy = Literal["auto", "ask", "never"]
 RUN_POLICIES: tuple[RunPolicy, ...] = get_args(RunPolicy)  # from the least to the most restrictive
@@ -63,7 +63,7 @@ class ServerPolicies:
 
 @dataclass(frozen=True)
 class PolicyDefaults:
-    """The administrator's run policies, by MCP server name (app/mcp_client/config.py: policy_defaults)."""
+    """The administrator's run policies, by MCP server name (app/mcp_client/server_config.py: policy_defaults)."""
 
     servers: Mapping[str, ServerPolicies] = field(default_factory=dict)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from app.domain.conversation import Attachment
 from app.prompting.code_blocks import strip_code_fence
-from app.tools.registry import ToolError, ToolHints, ToolOutput
 from app.tools.sandbox.kernel import KernelSession, SandboxBusy
+from app.tools.tool_registry import ToolError, ToolHints, ToolOutput
 
 
 class PythonTool:

@@ -19,9 +19,9 @@ from app.tools.browser import WebBrowser
 from app.tools.documents import DocumentError
 from app.tools.images import ImageAPI
 from app.tools.python import PythonTool
-from app.tools.registry import ToolHints, ToolRegistry
 from app.tools.sandbox import isolation
 from app.tools.sandbox.kernel import KernelSession
+from app.tools.tool_registry import ToolHints, ToolRegistry
 
 _MAX_NAME_CHARS = 100
 _UNSAFE_NAME_CHARACTERS = re.compile(r"[^\w .()+,=@-]")

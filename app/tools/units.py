@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.tools.registry import ToolError
+from app.tools.tool_registry import ToolError
 
 _LINEAR: dict[str, dict[str, float]] = {
     "length": {"m": 1, "km": 1000, "cm": 0.01, "mm": 0.001, "mi": 1609.344, "yd": 0.9144, "ft": 0.3048,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import httpx
 
 from app.config import WeatherSettings
-from app.tools.registry import ToolError, ToolHints, ToolOutput, json_number, register_tool
+from app.tools.tool_registry import ToolError, ToolHints, ToolOutput, json_number, register_tool
 
 TIMEOUT_S = 5.0
 _CURRENT = "temperature_2m,apparent_temperature,relative_humidity_2m,wind_speed_10m,weather_code"

@@ -21,9 +21,9 @@ from app.clients.client_protocol import GenerationParams, ToolRequest
 from app.config import McpSettings
 from app.domain.conversation import Conversation, Message
 from app.mcp_client import McpConfigError, McpManager, StdioServer, bearer_server, load_config, mcp_registry
-from app.mcp_client.config import HttpServer
+from app.mcp_client.server_config import HttpServer
 from app.tools import load_tools
-from app.tools.registry import ToolError
+from app.tools.tool_registry import ToolError
 from harness.local_http import free_port
 from harness.processes import listening_process
 from tests.helpers import TOOLS_PAGE, collect, open_app

@@ -27,6 +27,7 @@ from app.clients.client_protocol import GenerationParams
 from app.config import McpSettings
 from app.domain.conversation import Conversation, Message
 from app.mcp_client import McpManager, StdioServer, bearer_server, mcp_registry
+from app.mcp_client.call_results import to_output
 from app.mcp_client.prompts import MAX_PROMPT_CHARS, PromptError, arguments_of, filled, prompt_text
 from app.mcp_client.resources import (
     MAX_UPLOAD_BYTES,
@@ -36,10 +37,9 @@ from app.mcp_client.resources import (
     expand,
     template_variables,
 )
-from app.mcp_client.results import to_output
 from app.storage.codec import conversation_to_markdown, decode_message, encode_message
 from app.tools import load_tools
-from app.tools.registry import ToolError
+from app.tools.tool_registry import ToolError
 from tests.api.test_mcp_client import SERVER, TOKEN, http_server, write_config  # noqa: F401 (a fixture)
 from tests.helpers import ALL_TOOLS_PAGE, MAIN, ROOT, TOOLS_PAGE, open_app
 

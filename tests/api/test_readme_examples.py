@@ -209,7 +209,7 @@ def test_the_custom_tool_example_registers_a_checked_tool():
     functions) becomes a tool with the JSON Schema its docstring and hints say and the default 10 s limit; its
     arguments are checked against that schema, and it runs."""
     import app.tools.custom as custom
-    from app.tools import registry as registry_module
+    from app.tools import tool_registry as registry_module
 
     example = block(CUSTOM_TOOL, "python")
     namespace = dict(vars(custom))
@@ -238,7 +238,7 @@ def test_the_mcp_json_example_is_accepted_by_the_apps_loader(tmp_path, monkeypat
     loader: a stdio server and a Streamable HTTP one whose ${DOCS_MCP_TOKEN} comes from the environment. (Starting
     `uvx mcp-server-time` and reaching mcp.example.com are the servers' business; the loader decides the rest.)"""
     from app.config import McpSettings
-    from app.mcp_client.config import HttpServer, StdioServer, load_config, policy_defaults
+    from app.mcp_client.server_config import HttpServer, StdioServer, load_config, policy_defaults
 
     (tmp_path / "mcp.json").write_text(block(MCP_TOOLS, "json").text, encoding="utf-8")
     monkeypatch.chdir(tmp_path)
@@ -255,7 +255,7 @@ def test_the_mcp_json_example_is_accepted_by_the_apps_loader(tmp_path, monkeypat
     }
     # The run policies as the pages apply them: per tool, else the server's, else the tool's annotations.
     from app.tools.policy import RunPolicy, policy_for
-    from app.tools.registry import Tool, ToolHints, function_schema
+    from app.tools.tool_registry import Tool, ToolHints, function_schema
 
     def docs_tool(name: str) -> Tool:  # each says it only reads, in a closed world: on its own it would run
         return Tool(name, lambda **_: "", function_schema(name, "", {"type": "object", "properties": {}}),
@@ -362,7 +362,7 @@ def test_the_mcp_client_configuration_starts_the_apps_mcp_server(tmp_path_factor
     import mcp.types as types
     from mcp import Client, StdioServerParameters, stdio_client
 
-    from app.mcp_client.config import StdioServer, parse_config
+    from app.mcp_client.server_config import StdioServer, parse_config
 
     [(name, spec)] = parse_config(json.loads(block(MCP_SERVER, "json").text)).items()
     assert name == "composite-demo" and isinstance(spec, StdioServer) and spec.command.startswith(PLACEHOLDER)

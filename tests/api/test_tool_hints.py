@@ -21,7 +21,7 @@ from mcp.server.stdio import stdio_server
 from app.config import McpSettings
 from app.mcp_client import McpManager, StdioServer, mcp_registry
 from app.tools import load_tools
-from app.tools.registry import EffectiveHints, ToolHints
+from app.tools.tool_registry import EffectiveHints, ToolHints
 from tests.helpers import ROOT
 
 pytestmark = pytest.mark.timeout(300)  # a safety net: servers start as processes, on a machine that may be busy

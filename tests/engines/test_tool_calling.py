@@ -28,7 +28,7 @@ from app.config import ModelSettings
 from app.domain.conversation import CallFragment, Conversation, Message, ToolCall
 from app.prompting.dialects.constraint import call_ebnf
 from app.tools import load_tools
-from app.tools.registry import ToolError, ToolRegistry
+from app.tools.tool_registry import ToolError, ToolRegistry
 from tests.fake_client import ScriptedClient, call_reply, text_reply
 from tests.helpers import collect
 from tests.tiny_model import build_tiny_model

@@ -16,7 +16,7 @@ from app.clients.vision import NO_VISION
 from app.domain.conversation import Attachment, Conversation, Message
 from app.domain.media import to_data_url
 from app.prompting.chat_format import ImagePolicy, process_input
-from app.tools.registry import ToolOutput, ToolRegistry
+from app.tools.tool_registry import ToolOutput, ToolRegistry
 from tests.helpers import collect
 from tests.tiny_vlm import IMAGE_TOKEN, IMAGE_TOKENS_PER_IMAGE
 

@@ -574,7 +574,7 @@ def test_each_target_can_go_on_from_its_own_conversation():
 
 def test_a_question_from_a_tool_is_declined_and_the_call_finishes():
     from app.tools.questions import Question, current_channel
-    from app.tools.registry import ToolRegistry
+    from app.tools.tool_registry import ToolRegistry
 
     asked: list[str] = []
 

@@ -10,8 +10,8 @@ import pytest
 from PIL import Image
 
 from app.tools.images import ImageAPI
-from app.tools.registry import ToolError
 from app.tools.session import SessionTools
+from app.tools.tool_registry import ToolError
 from harness.local_http import json_reply, serve
 
 

@@ -68,7 +68,7 @@ def test_the_layout_names_real_places_and_the_core_is_what_remains():
         assert (ROOT / place).exists(), f"{place} is gone: update the lists in tests/unit/test_layout.py"
     core = {module_name(path) for path in CORE}
     assert {"app", "app.agent.loop", "app.domain.conversation", "app.clients.client_protocol",
-            "app.clients.hf.hf_client", "app.tools.registry", "app.storage.repository",
+            "app.clients.hf.hf_client", "app.tools.tool_registry", "app.storage.repository",
             "app.mcp_client.manager"} <= core
     assert not {name for name in core if is_within(name, FORBIDDEN)}
 

@@ -9,7 +9,7 @@ import pytest
 
 from app.tools import net_guard
 from app.tools.net_guard import fetch_guarded
-from app.tools.registry import ToolError
+from app.tools.tool_registry import ToolError
 from harness.local_http import serve
 
 PAGE = (200, {"Content-Type": "text/plain"}, b"the checked server")

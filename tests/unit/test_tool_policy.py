@@ -33,13 +33,13 @@ from app.clients.client_protocol import GenerationParams
 from app.config import McpSettings, SandboxLimits
 from app.domain.conversation import Conversation, Message, ToolCall
 from app.mcp_client import McpConfigError, McpManager, mcp_registry
-from app.mcp_client.config import parse_config, policy_defaults
+from app.mcp_client.server_config import parse_config, policy_defaults
 from app.storage import ConversationStore, open_database
 from app.storage.codec import decode_message_json, encode_message_json
 from app.tools import load_tools
 from app.tools.policy import PolicyDefaults, RunPolicy, ServerPolicies, default_policy, imported_policies, policy_for
-from app.tools.registry import Tool, ToolHints, ToolRegistry, function_schema
 from app.tools.session import SessionTools
+from app.tools.tool_registry import Tool, ToolHints, ToolRegistry, function_schema
 from tests.fake_client import ScriptedClient, call_reply, text_reply
 
 PARAMS = GenerationParams(temperature=0.0, max_new_tokens=16)

@@ -15,8 +15,16 @@ from app.config import SandboxLimits
 from app.tools import load_tools
 from app.tools.images import ImageAPI
 from app.tools.python import PythonTool
-from app.tools.registry import EffectiveHints, Tool, ToolError, ToolHints, ToolOutput, ToolRegistry, function_schema
 from app.tools.sandbox.kernel import KernelSession
+from app.tools.tool_registry import (
+    EffectiveHints,
+    Tool,
+    ToolError,
+    ToolHints,
+    ToolOutput,
+    ToolRegistry,
+    function_schema,
+)
 
 registry = load_tools()
 

@@ -11,7 +11,7 @@ import pytest
 from app.tools import net_guard
 from app.tools.browser import WebBrowser, cited_sources
 from app.tools.net_guard import check_url
-from app.tools.registry import ToolError
+from app.tools.tool_registry import ToolError
 from harness.local_http import json_reply, serve
 from tests.helpers import ARTICLE, html, pdf_bytes
 

@@ -65,9 +65,9 @@ from app.config import HTTPTimeouts, McpSettings, read_key_file, state_dir
 from app.domain.media import ImageError, sniff_mime
 from app.limits.http_timeouts import uvicorn_options
 from app.tools import load_tools
-from app.tools.registry import RunningCall, Tool, ToolHints, ToolRegistry, ToolResult
 from app.tools.sandbox import isolation
 from app.tools.session import SessionTools
+from app.tools.tool_registry import RunningCall, Tool, ToolHints, ToolRegistry, ToolResult
 
 _POLL_S = 0.5  # how often a waiting call checks whether the client cancelled it
 _STRUCTURED_SINCE = "2025-06-18"  # the protocol version that brought outputSchema and structuredContent

@@ -20,7 +20,7 @@ from app.domain.conversation import Conversation, ToolCall
 from app.frontends.streamlit import question_forms as questions
 from app.frontends.streamlit import state, tool_cards
 from app.frontends.streamlit.safe_markdown import safe_label, safe_markdown
-from app.tools.registry import Tool
+from app.tools.tool_registry import Tool
 
 _DECISIONS = "_decisions"  # per page: call id -> Decision, until the turn goes on
 _PROBLEMS = "_approval_problems"  # per page: call id -> why its decision could not be taken

@@ -19,7 +19,7 @@ from streamlit import config as streamlit_config
 from app.clients.choice import default_backend
 from app.config import ModelSettings
 from app.tools.net_guard import check_url
-from app.tools.registry import ToolError
+from app.tools.tool_registry import ToolError
 
 
 def base_url_problem(base_url: str) -> str | None:

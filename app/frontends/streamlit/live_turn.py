@@ -49,7 +49,7 @@ from app.frontends.streamlit.messages import (
 from app.frontends.streamlit.safe_markdown import safe_label, safe_markdown
 from app.frontends.streamlit.sidebar import SidebarState
 from app.prompting.chat_format import ImagePolicy
-from app.tools.registry import RunningCall, ToolRegistry
+from app.tools.tool_registry import RunningCall, ToolRegistry
 
 if TYPE_CHECKING:  # an internal module of Streamlit's: for annotations only, never at run time
     from streamlit.elements.lib.mutable_status_container import StatusContainer

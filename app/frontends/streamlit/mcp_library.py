@@ -28,7 +28,7 @@ from app.mcp_client.resources import (
     expand,
     template_variables,
 )
-from app.tools.registry import ToolError
+from app.tools.tool_registry import ToolError
 
 MAX_PENDING = 8  # resources waiting for the next message
 _DESCRIPTION_CHARS = 300  # of a server's description, under its prompt or resource

@@ -17,10 +17,10 @@ import streamlit as st
 from app.config import McpSettings
 from app.frontends.streamlit import persistence
 from app.mcp_client import HttpServer, McpConfigError, McpManager, ServerConnection, bearer_server, mcp_registry
-from app.mcp_client.config import policy_defaults as config_policy_defaults
+from app.mcp_client.server_config import policy_defaults as config_policy_defaults
 from app.storage.errors import StorageError
 from app.tools.policy import PolicyDefaults
-from app.tools.registry import ToolError, ToolRegistry
+from app.tools.tool_registry import ToolError, ToolRegistry
 
 _SESSION_KEY = "_mcp_session_servers"
 _NOTICE_KEY = "mcp.notice"

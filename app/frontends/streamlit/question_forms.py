@@ -23,7 +23,7 @@ from app.frontends.streamlit.mcp_settings import plain
 from app.frontends.streamlit.safe_markdown import safe_label, safe_markdown
 from app.limits.schema_validation import SchemaValidator
 from app.tools.questions import Answer, answer
-from app.tools.registry import RunningCall
+from app.tools.tool_registry import RunningCall
 
 _N = TypeVar("_N", int, float)
 _SUSPENDED = "_suspended_calls"  # per page: call id -> _Suspended

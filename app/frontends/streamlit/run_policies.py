@@ -14,7 +14,7 @@ import streamlit as st
 
 from app.frontends.streamlit.safe_markdown import safe_label
 from app.tools.policy import RUN_POLICIES, PolicyDefaults, RunPolicy, default_policy, policy_for
-from app.tools.registry import Tool
+from app.tools.tool_registry import Tool
 
 OVERRIDES_KEY = "settings.{page}.tool_policies"  # what persistence.SETTINGS_KEYS stores as "tool_policies"
 LABELS: dict[RunPolicy, str] = {"auto": "Run", "ask": "Ask", "never": "Never"}

@@ -12,7 +12,7 @@ import streamlit as st
 
 from app.agent.loop import Decision
 from app.domain.conversation import Conversation
-from app.tools.registry import RunningCall
+from app.tools.tool_registry import RunningCall
 
 _PENDING_TURN = "_pending_turn"
 _TURN_LOCK = "_turn_lock"

@@ -12,7 +12,7 @@ from app.frontends.streamlit import mcp_settings, run_policies, sidebar
 from app.frontends.streamlit.safe_markdown import safe_label
 from app.prompting.dialects import DIALECTS
 from app.tools import load_tools
-from app.tools.registry import Tool, ToolRegistry
+from app.tools.tool_registry import Tool, ToolRegistry
 
 KEPT_PREFIX = "settings."  # app/main.py keeps widget values under this prefix while another page is shown
 _AUTO = "auto"

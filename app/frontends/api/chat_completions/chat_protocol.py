@@ -20,7 +20,7 @@ from app.domain.conversation import Conversation, ImageFetcher
 from app.limits.schema_limits import schema_size_problem
 from app.limits.schema_validation import check_schema
 from app.tools.net_guard import fetch_guarded
-from app.tools.registry import ToolError
+from app.tools.tool_registry import ToolError
 
 # Fields the API accepts without acting on them (they change nothing for a single local model).
 _HARMLESS_FIELDS = {"user", "metadata", "store", "service_tier"}

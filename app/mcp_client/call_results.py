@@ -21,7 +21,7 @@ from mcp import types
 from app.config import McpSettings
 from app.domain.conversation import Attachment
 from app.domain.media import ImageError, prepare_image
-from app.tools.registry import ToolOutput, output_validator
+from app.tools.tool_registry import ToolOutput, output_validator
 
 _MAX_COMPARED_CHARS = 1_000_000  # a longer text is not parsed to compare: its JSON is sent again, at worst
 
@@ -29,8 +29,8 @@ _MAX_COMPARED_CHARS = 1_000_000  # a longer text is not parsed to compare: its J
 def to_output(result: types.CallToolResult, tool: str, output_schema: Mapping[str, Any] | None = None,
               max_images: int = McpSettings.max_images) -> ToolOutput:
     """`output_schema`: the tool's declared one. A structured result that breaks it is not read to the model (the
-    registry then leaves it out and says so, app/tools/registry.py). Images past `max_images` are named, not decoded
-    (a server once sent 400 in one result, and every one was kept)."""
+    registry then leaves it out and says so, app/tools/tool_registry.py). Images past `max_images` are named, not
+    decoded (a server once sent 400 in one result, and every one was kept)."""
     lines: list[str] = []
     images = _Images(tool, max_images)
     for block in result.content:
@@ -63,7 +63,7 @@ def to_output(result: types.CallToolResult, tool: str, output_schema: Mapping[st
 def _fits(schema: Mapping[str, Any], structured: Any) -> bool:
     try:
         return output_validator(schema).is_valid(structured)
-    except SchemaError:  # a $ref to outside the schema: the registry says why (app/tools/registry.py)
+    except SchemaError:  # a $ref to outside the schema: the registry says why (app/tools/tool_registry.py)
         return False
 
 
