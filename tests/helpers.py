@@ -26,10 +26,10 @@ DOCS = ROOT / "docs"  # the docs' screenshots: drawn by the browser tests, so th
 
 
 # The pages' scripts, as AppTest names them: relative to app/main.py.
-CHAT_PAGE = "frontends/streamlit/views/chat_view.py"
-TOOLS_PAGE = "frontends/streamlit/views/tools_view.py"
-ALL_TOOLS_PAGE = "frontends/streamlit/views/all_tools_view.py"
-COMPARE_PAGE = "frontends/streamlit/views/compare_view.py"
+CHAT_PAGE = "frontends/streamlit/views/chat.py"
+TOOLS_PAGE = "frontends/streamlit/views/tools.py"
+ALL_TOOLS_PAGE = "frontends/streamlit/views/all_tools.py"
+COMPARE_PAGE = "frontends/streamlit/views/compare.py"
 
 
 # ----- clients -----------------------------------------------------------------------------------------------------

@@ -11,8 +11,8 @@ the SDK's own `mcp`.)
 
 from app.mcp_client.connection import ServerConnection, ServerStatus
 from app.mcp_client.manager import McpManager
+from app.mcp_client.mcp_tools import mcp_registry
 from app.mcp_client.server_config import HttpServer, McpConfigError, ServerSpec, StdioServer, bearer_server, load_config
-from app.mcp_client.tools import mcp_registry
 
 __all__ = ["HttpServer", "McpConfigError", "McpManager", "ServerConnection", "ServerSpec", "ServerStatus",
            "StdioServer", "bearer_server", "load_config", "mcp_registry"]

@@ -30,7 +30,7 @@ from app.tools.tool_registry import Tool
 RunPolicy = Literal["auto", "ask", "never"]
 RUN_POLICIES: tuple[RunPolicy, ...] = get_args(RunPolicy)  # from the least to the most restrictive
 
-# How app/mcp_client/tools.py names what it adds: the origin of a server's tools, and the registry names it gives
+# How app/mcp_client/mcp_tools.py names what it adds: the origin of a server's tools, and the registry names it gives
 # them (characters a tool name may not have become _, at most 64; `server_tool` where the plain name clashes, and
 # `_2`, `_3`... where even that does). tests/unit/test_tool_policy.py checks these against mcp_registry itself.
 MCP_ORIGIN_PREFIX = "MCP server "

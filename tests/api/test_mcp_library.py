@@ -359,7 +359,7 @@ def test_an_attached_resource_goes_with_the_next_message_into_the_models_prompt(
         at.selectbox(key="mcp.library.tools.resource").set_value(f"demo{SEP}{uri}").run()
         at.button(key="mcp.library.tools.attach").click().run()
         assert not at.exception and "will be attached to your next message" in notice(at)
-    assert "The demo server's readme \\(89 characters\\)" in [c.value for c in at.sidebar.caption]  # as plain text
+    assert "The demo server's readme \\(92 characters\\)" in [c.value for c in at.sidebar.caption]  # as plain text
     at.chat_input(key="tools_input").set_value("Which word should I remember?").run()
     assert not at.exception
     (entry,) = database.list("local", page="tools")

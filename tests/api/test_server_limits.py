@@ -108,7 +108,7 @@ def test_the_pages_and_mcp_tools_refuse_the_same_schemas_before_any_work(tiny_cl
     from mcp import types
 
     from app.clients.client_protocol import ClientError, GenerationParams, ResponseFormat, ToolRequest
-    from app.mcp_client.tools import _parameters
+    from app.mcp_client.mcp_tools import _parameters
     from tests.helpers import collect
 
     schema, message = PATHOLOGICAL[kind]

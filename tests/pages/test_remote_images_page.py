@@ -118,7 +118,7 @@ def test_no_field_of_a_stored_conversation_renders_a_remote_image(monkeypatch, t
         at.run()
         assert not at.exception
         if page != "chat":
-            at.switch_page(f"frontends/streamlit/views/{page}_view.py").run()
+            at.switch_page(f"frontends/streamlit/views/{page}.py").run()
             at.query_params["c"] = conversation_id
             at.run()
         assert not at.exception

@@ -267,9 +267,9 @@ def test_the_cycle_finder_finds_cycles():
 
 def test_the_import_reader_resolves_relative_and_from_imports():
     source = ("from . import batch\nfrom ..client_protocol import Delta\nfrom app import frontends\n"
-              "import app.frontends.streamlit.views.chat_view as chat\n")
+              "import app.frontends.streamlit.views.chat as chat\n")
     assert list(imports(APP / "clients" / "hf" / "hf_client.py", source)) == [
         (1, "app.clients.hf"), (1, "app.clients.hf.batch"), (2, "app.clients.client_protocol"),
         (2, "app.clients.client_protocol.Delta"), (3, "app"), (3, "app.frontends"),
-        (4, "app.frontends.streamlit.views.chat_view"),
+        (4, "app.frontends.streamlit.views.chat"),
     ]

@@ -152,7 +152,7 @@ def test_the_users_choice_beats_the_tools_setting_which_beats_the_servers_which_
 
 
 def test_the_administrators_tool_names_are_the_servers_own_whatever_the_registry_calls_them():
-    """mcp_registry renames tools to fit and not to clash (app/mcp_client/tools.py): mcp.json names them as the
+    """mcp_registry renames tools to fit and not to clash (app/mcp_client/mcp_tools.py): mcp.json names them as the
     server does, and each setting still finds its tool."""
     def tool(name: str) -> types.Tool:
         return types.Tool(name=name, input_schema={"type": "object"},

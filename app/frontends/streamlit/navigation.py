@@ -24,12 +24,12 @@ def run() -> None:
     # has run once.
     views_dir = Path(__file__).parent / "views"
     pages = {
-        "chat": st.Page(views_dir / "chat_view.py", url_path="chat", title="Chat", icon=":material/chat:",
+        "chat": st.Page(views_dir / "chat.py", title="Chat", icon=":material/chat:",
                         default=True),
-        "tools": st.Page(views_dir / "tools_view.py", url_path="tools", title="Tools", icon=":material/build:"),
-        "all_tools": st.Page(views_dir / "all_tools_view.py", url_path="all_tools", title="All Tools",
+        "tools": st.Page(views_dir / "tools.py", title="Tools", icon=":material/build:"),
+        "all_tools": st.Page(views_dir / "all_tools.py", title="All Tools",
                              icon=":material/handyman:"),
-        "compare": st.Page(views_dir / "compare_view.py", url_path="compare", title="Compare",
+        "compare": st.Page(views_dir / "compare.py", title="Compare",
                            icon=":material/view_column:"),
     }
     # Streamlit forgets a widget's value when a run does not draw it; keep page settings across page switches.

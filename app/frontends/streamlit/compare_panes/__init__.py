@@ -1,4 +1,4 @@
-"""The Compare page's parts (the page itself: app/frontends/streamlit/views/compare_view.py), over the core in
+"""The Compare page's parts (the page itself: app/frontends/streamlit/views/compare.py), over the core in
 app/compare/.
 
 target_editor.py    the sidebar's targets: 2 to 4, each a backend, model, sampling, system prompt and tool choice

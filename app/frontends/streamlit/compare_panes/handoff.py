@@ -14,7 +14,7 @@ from app.frontends.streamlit import api_keys, persistence, sampling_settings, st
 from app.frontends.streamlit.compare_panes.compare_session import Pane
 
 _HANDOFF = "_compare_handoff"
-PAGE_PATHS = {"chat": "frontends/streamlit/views/chat_view.py", "tools": "frontends/streamlit/views/tools_view.py"}
+PAGE_PATHS = {"chat": "frontends/streamlit/views/chat.py", "tools": "frontends/streamlit/views/tools.py"}
 
 
 def destination(pane: Pane) -> str:
