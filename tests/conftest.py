@@ -94,6 +94,35 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+def _browser_evidence(item: pytest.Item, since: float) -> str:
+    """What a failed browser test left to see: the text of each page still open and the tail of each server log
+    written during the test (CI keeps only the console, not test-artifacts/)."""
+    from tests.helpers import ARTIFACTS
+
+    parts = []
+    browser = getattr(item, "funcargs", {}).get("browser")
+    for context in getattr(browser, "contexts", []):
+        for page in context.pages:
+            try:
+                text = page.locator("body").inner_text(timeout=5_000)
+            except Exception as error:  # a page that crashed or closed: say so and go on
+                text = f"(unreadable: {error})"
+            parts.append(f"--- page {page.url}\n{text[-4_000:]}")
+    for log in sorted(ARTIFACTS.glob("*.log")) if ARTIFACTS.is_dir() else []:
+        if log.stat().st_mtime >= since:
+            tail = log.read_text(errors="replace").splitlines()[-60:]
+            parts.append(f"--- {log.name} (last lines)\n" + "\n".join(tail))
+    return "\n".join(parts) or "(no page open, no log written)"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and report.when == "call" and "browser" in getattr(item, "fixturenames", ()):
+        report.sections.append(("what the browser showed", _browser_evidence(item, call.start)))
+
+
 # ----- models ----------------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="session")
