@@ -238,3 +238,23 @@ def require_llama_cpp() -> None:
             raise RuntimeError("REQUIRE_LLAMACPP=1 but llama_cpp cannot be imported: run `make setup-llamacpp`") \
                 from None
         pytest.skip("llama-cpp-python is not installed (make setup-llamacpp builds it)")
+
+
+def stop_and_check(page: Any, bubble: Any) -> None:
+    """Once `bubble` streams some text, press its Stop: the text stops growing and is marked Stopped, with its
+    metrics, without any further interaction."""
+    deadline = time.monotonic() + 60
+    while (bubble.get_by_role("button", name="Stop").count() == 0 or len(bubble.inner_text()) < 60) \
+            and time.monotonic() < deadline:
+        time.sleep(0.1)
+    bubble.get_by_role("button", name="Stop").click()
+    from playwright.sync_api import expect  # only the browser tests have playwright imported
+
+    expect(bubble.get_by_text("Stopped")).to_be_visible(timeout=15_000)
+    caption = bubble.get_by_test_id("stCaptionContainer").filter(has_text="Stopped").first
+    expect(caption).to_contain_text("tokens")
+    expect(caption).to_contain_text("tok/s")
+    settle(page, bubble)  # the redraw after Stop (its actions replace the Stop button) may come late on a busy machine
+    partial = bubble.inner_text()
+    time.sleep(1.5)
+    assert bubble.inner_text() == partial, "the answer kept growing after Stop"

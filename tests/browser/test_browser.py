@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from playwright.sync_api import expect
 
-from tests.helpers import ARTIFACTS, generation_settings, model_loaded, readme_screenshot, settle
+from tests.helpers import ARTIFACTS, generation_settings, model_loaded, readme_screenshot, settle, stop_and_check
 
 
 def assistant_texts(page):
@@ -50,24 +48,6 @@ def test_chat_streams_an_answer_and_can_be_stopped(app_url, browser):
     stop_and_check(page, story)
     expect(story).to_contain_text("2/2", timeout=10_000)
     page.close()
-
-
-def stop_and_check(page, bubble) -> None:
-    """Once `bubble` streams some text, press its Stop: the text stops growing and is marked Stopped, with its
-    metrics, without any further interaction."""
-    deadline = time.monotonic() + 60
-    while (bubble.get_by_role("button", name="Stop").count() == 0 or len(bubble.inner_text()) < 60) \
-            and time.monotonic() < deadline:
-        time.sleep(0.1)
-    bubble.get_by_role("button", name="Stop").click()
-    expect(bubble.get_by_text("Stopped")).to_be_visible(timeout=15_000)
-    caption = bubble.get_by_test_id("stCaptionContainer").filter(has_text="Stopped").first
-    expect(caption).to_contain_text("tokens")
-    expect(caption).to_contain_text("tok/s")
-    settle(page, bubble)  # the redraw after Stop (its actions replace the Stop button) may come late on a busy machine
-    partial = bubble.inner_text()
-    time.sleep(1.5)
-    assert bubble.inner_text() == partial, "the answer kept growing after Stop"
 
 
 def ask_with_a_forced_call(page, tool: str, question: str):

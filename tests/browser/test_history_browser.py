@@ -1,6 +1,7 @@
 """Conversations that last, in the real thing: `streamlit run` with SmolLM2 and a SQLite file, driven by Chromium.
 A refresh keeps the conversation, an app restart finds it in the history, and two tabs on one conversation both
-append without losing each other's messages."""
+append without losing each other's messages. A long conversation opens at its end, shows earlier messages on
+demand, and keeps Stop, Regenerate and versions on its last messages."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from pathlib import Path
 
 from playwright.sync_api import expect
 
+from app.domain.conversation import Message
+from app.frontends.streamlit.history_window import PAGE_MESSAGES
 from app.storage import ConversationStore
 from app.storage.database import open_database
-from tests.helpers import model_loaded, readme_screenshot, settle, streamlit_app
+from tests.helpers import model_loaded, readme_screenshot, settle, stop_and_check, streamlit_app
 
 
 def app_serving(smollm2_dir: Path, database_url: str):
@@ -109,3 +112,47 @@ def test_a_conversation_survives_refresh_restart_and_two_tabs(smollm2_dir, brows
     users = [m.content for m in stored.messages if m.role == "user"]
     assert users == ["What is the capital of France?", "And of Germany?", "And of Italy?"]  # nothing lost
     assert [m.role for m in stored.messages] == ["user", "assistant"] * 3
+
+
+def test_a_long_conversation_opens_at_its_end_and_keeps_every_action_on_its_last_messages(smollm2_dir, browser,
+                                                                                          tmp_path):
+    database = f"sqlite:///{tmp_path / 'long.db'}"
+    store = ConversationStore(open_database(database))
+    conversation_id = store.create("local", "chat", title="A long conversation")
+    for turn in range(60):  # 3 windows of messages, and a prompt the model reads in a few seconds
+        store.append("local", conversation_id, Message("user", f"Question {turn}: **harbour {turn}**?"))
+        store.append("local", conversation_id, Message("assistant", f"Answer {turn}: harbour {turn} is calm."))
+    chat_messages = '[data-testid="stChatMessage"]'
+    with app_serving(smollm2_dir, database) as url:
+        page = open_chat(browser, f"{url}/?c={conversation_id}")
+        messages = page.locator(chat_messages)
+        expect(messages.last).to_contain_text("Answer 59: harbour 59 is calm.", timeout=60_000)
+        expect(messages).to_have_count(PAGE_MESSAGES)
+        expect(messages.last.get_by_role("button", name="Regenerate")).to_be_visible()
+        # Earlier messages, on demand.
+        page.get_by_role("button", name=f"Show {PAGE_MESSAGES} earlier messages").click()
+        expect(messages).to_have_count(2 * PAGE_MESSAGES, timeout=30_000)
+        expect(messages.first).to_contain_text(f"Question {60 - PAGE_MESSAGES}:")
+
+        # A new message is drawn and answered at the end; Stop works on it, Regenerate makes a second version.
+        box = page.get_by_test_id("stChatInputTextArea")
+        box.fill("Write a very long story about a harbour in a storm.")
+        box.press("Enter")
+        expect(messages.filter(has_text="Write a very long story")).to_have_count(1, timeout=30_000)
+        story = page.locator(chat_messages).last
+        stop_and_check(page, story)
+        settle(page, story)
+        story.get_by_role("button", name="Regenerate").click()
+        story = page.locator(chat_messages).last
+        stop_and_check(page, story)
+        expect(story).to_contain_text("2/2", timeout=10_000)
+
+        # A refresh reopens it at its end, with the new messages and their versions.
+        page.reload()
+        model_loaded(page, 60_000)
+        expect(messages.last).to_contain_text("2/2", timeout=60_000)
+        expect(messages).to_have_count(PAGE_MESSAGES)
+        assert "Write a very long story" in messages.nth(PAGE_MESSAGES - 2).inner_text()
+        page.close()
+    stored = store.get("local", conversation_id)
+    assert len(stored.messages) == 122 and stored.messages[-1].stopped

@@ -85,6 +85,9 @@ def test_regenerate_keeps_the_first_answer_as_a_version(app):
 def test_editing_an_earlier_message_branches_and_keeps_the_rest_as_a_version(app):
     send(app, "Hello there")
     send(app, "Second question")
+    # An earlier message offers one light button; its actions are drawn once it is pressed.
+    assert not any(t.key and t.key.startswith("edit/chat/0/") for t in app.text_area)
+    app.button(key="more/chat/0").click().run()
     edit_box = next(t for t in app.text_area if t.key and t.key.startswith("edit/chat/0/"))
     edit_box.set_value("Question number 2")
     app.button(key="edit_send/chat/0").click().run()
@@ -147,3 +150,45 @@ def test_the_last_settings_come_back_in_a_new_session(app):
     assert refreshed.slider(key="temperature").value == 1.3
     assert refreshed.text_area(key="system_prompt").value == "You are terse."
     assert "Changed by you: temperature" in " ".join(c.value for c in refreshed.sidebar.caption)
+
+
+def long_conversation(turns: int) -> Conversation:
+    conversation = Conversation()
+    for turn in range(turns):
+        conversation.add(Message("user", f"Question {turn}: what about **item {turn}**?"))
+        conversation.add(Message("assistant", f"Answer {turn}: item {turn} is fine."))
+    return conversation
+
+
+def test_a_long_conversation_draws_its_recent_messages_and_earlier_ones_on_demand(app):
+    from app.frontends.streamlit.history_window import PAGE_MESSAGES
+
+    app.session_state["conversation/chat"] = long_conversation(150)
+    app.run()
+    assert len(messages(app)) == PAGE_MESSAGES and messages(app)[-1][1] == "Answer 149: item 149 is fine."
+    # Only the last question and answer carry their whole row of actions; the others one light button each.
+    assert [b.key for b in app.button if b.key.startswith("regenerate/")] == ["regenerate/chat/299"]
+    assert sum(b.key.startswith("more/chat/") for b in app.button) == PAGE_MESSAGES - 2
+    app.button(key="show_earlier_more/chat").click().run()
+    assert len(messages(app)) == 2 * PAGE_MESSAGES
+    app.button(key="show_earlier_all/chat").click().run()
+    assert len(messages(app)) == 300 and messages(app)[0][1] == "Question 0: what about **item 0**?"
+    assert not [b for b in app.button if b.key.startswith("show_earlier")]
+    # The earliest answer's actions, opened: Regenerate branches there, and the model is asked again.
+    app.button(key="more/chat/1").click().run()
+    app.button(key="regenerate/chat/1").click().run()
+    assert not app.exception and len(messages(app)) == 2 and versions(app, 1) == "2/2"
+
+
+def test_a_send_in_a_long_conversation_keeps_the_window_and_the_model_sees_everything(app):
+    from app.frontends.streamlit.history_window import PAGE_MESSAGES
+
+    app.session_state["conversation/chat"] = long_conversation(60)
+    app.run()
+    send(app, "One more question")
+    rows = messages(app)
+    assert rows[-2][1] == "One more question" and rows[-1][0] == "assistant" and rows[-1][1]
+    assert PAGE_MESSAGES <= len(rows) <= PAGE_MESSAGES + 2
+    # The prompt held the whole conversation (about 20 tokens a message), not only the 40 messages drawn.
+    prompt_tokens = int(re.search(r"prompt (\d+) tokens", rows[-1][2][0])[1])
+    assert prompt_tokens > 100 * 20, rows[-1][2]

@@ -205,3 +205,26 @@ def test_every_setting_a_page_restores_has_a_checked_type():
     from app.storage.schema import SettingsRecord
 
     assert set(SETTINGS_KEYS) == set(SettingsRecord.model_fields)
+
+
+def test_a_long_conversation_opened_from_a_search_shows_the_message_that_matched(app, database):
+    from app.domain.conversation import Conversation
+    from app.frontends.streamlit.history_window import PAGE_MESSAGES
+
+    long = Conversation()
+    for turn in range(80):
+        long.add(Message("user", f"Question {turn}: tell me about harbour number {turn}."))
+        long.add(Message("assistant", f"Harbour {turn} is calm."))
+    app.session_state["conversation/chat"] = long
+    app.run()
+    send(app, "And the last one?")  # saved with this message
+    (entry,) = database.list("local")
+    app.button(key="history_new").click().run()
+    app.button(key=f"history_open/{entry.id}").click().run()  # opened plainly: its recent messages
+    texts = [m.markdown[0].value for m in app.chat_message if m.markdown]
+    assert len(app.chat_message) <= PAGE_MESSAGES + 2 and "Question 3: tell me about harbour number 3." not in texts
+    app.button(key="history_new").click().run()
+    app.text_input(key="history_search/chat").set_value("harbour number 3.").run()
+    app.button(key=f"history_open/{entry.id}").click().run()  # opened from a search: its match is drawn
+    texts = [m.markdown[0].value for m in app.chat_message if m.markdown]
+    assert texts[0] == "Question 3: tell me about harbour number 3." and len(app.chat_message) == 2 * 80 + 2 - 6

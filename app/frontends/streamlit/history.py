@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import streamlit as st
 
 from app.domain.conversation import Conversation
-from app.frontends.streamlit import persistence, sidebar
+from app.frontends.streamlit import history_window, persistence, sidebar
 from app.frontends.streamlit.persistence import owner, store
 from app.frontends.streamlit.safe_markdown import safe_label, safe_markdown
 from app.storage import ConversationNotFound, ImportRejected, StorageError
@@ -82,6 +82,17 @@ def _open(page: str, conversation: Conversation, conversation_id: str) -> None:
         st.toast("That conversation no longer exists.", icon=":material/search_off:")
     except StorageError as exc:
         st.toast(safe_label(f"Could not open the conversation: {exc}"), icon=":material/error:")
+    else:
+        _show_search_hit(page, conversation, conversation_id)
+
+
+def _show_search_hit(page: str, conversation: Conversation, conversation_id: str) -> None:
+    """Opened from a search: the first message that matches is drawn, however far back it is."""
+    search = str(st.session_state.get(f"history_search/{page}") or "").strip().casefold()
+    if search:
+        hit = next((i for i, m in enumerate(conversation.messages) if search in m.content.casefold()), None)
+        if hit is not None:
+            history_window.show_message(page, conversation_id, conversation, hit)
 
 
 def _file_name(title: str, suffix: str) -> str:

@@ -11,7 +11,7 @@ from streamlit.delta_generator import DeltaGenerator
 
 from app.agent.loop import ToolSettings, pending_calls
 from app.domain.conversation import Conversation, Message, ToolCall
-from app.frontends.streamlit import approvals, message_actions, persistence
+from app.frontends.streamlit import approvals, history_window, message_actions, persistence
 from app.frontends.streamlit.line_breaks import keep_line_breaks
 from app.frontends.streamlit.safe_markdown import safe_label, safe_markdown
 from app.frontends.streamlit.tool_cards import arguments, card_label, card_state, result_body, tool_images
@@ -26,17 +26,22 @@ def render_history(page: str, conversation: Conversation, transform: Callable[[s
     """User messages in their own bubbles; everything the assistant did for one question (answers, tool calls and
     their results) in one assistant bubble. Each bubble ends with its actions
     (app/frontends/streamlit/message_actions.py). Calls that wait for the user show as approval cards
-    (app/frontends/streamlit/approvals.py) over the page's `tools`."""
+    (app/frontends/streamlit/approvals.py) over the page's `tools`. A long conversation is drawn from its most
+    recent messages, earlier ones on demand, and most messages offer one light button for their actions
+    (app/frontends/streamlit/history_window.py)."""
     results = {m.tool_call_id: m for m in conversation.messages if m.role == "tool"}
     waiting = pending_calls(conversation)
     messages = conversation.messages
-    index = 0
+    conversation_id = persistence.binding(page).conversation_id
+    index = history_window.first_drawn(page, conversation_id, conversation)
+    if index:
+        history_window.show_earlier(page, conversation_id, index)
     while index < len(messages):
         message = messages[index]
         if message.role in ("user", "system"):
             with render_message(message):
                 if message.role == "user":
-                    message_actions.user_actions(page, conversation, index)
+                    _actions(page, conversation_id, conversation, index, index, False)
             index += 1
             continue
         head, turn_results = index, []
@@ -52,7 +57,18 @@ def render_history(page: str, conversation: Conversation, transform: Callable[[s
             _sources(turn_results)
             if waiting and index == len(messages):
                 approvals.render(page, conversation, waiting, tools)
-            message_actions.answer_actions(page, conversation, head, index - 1)
+            _actions(page, conversation_id, conversation, head, index - 1, index == len(messages))
+
+
+def _actions(page: str, conversation_id: str | None, conversation: Conversation, head: int, last: int,
+             last_bubble: bool) -> None:
+    """Under a bubble (messages `head`..`last`): its row of actions, or the one button that opens it."""
+    if not history_window.actions_open(page, conversation_id, conversation, head, last_bubble):
+        history_window.more_button(page, conversation_id, head)
+    elif conversation.messages[head].role == "user":
+        message_actions.user_actions(page, conversation, head)
+    else:
+        message_actions.answer_actions(page, conversation, head, last)
 
 
 def _sources(tool_results: list[Message]) -> None:
