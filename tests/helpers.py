@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import os
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -219,6 +220,10 @@ def streamlit_app(env: dict[str, str], log_name: str = "streamlit.log") -> Itera
     from harness.local_http import free_port
     from harness.processes import server_process
 
+    if env.get("DEMO_DATABASE_URL") in (None, os.environ.get("DEMO_DATABASE_URL")):
+        # A database of its own: the settings a user last chose come back in every new session, so an app sharing
+        # the tests' database would start from another test's choices (max new tokens, tool choice, policies).
+        env = {**env, "DEMO_DATABASE_URL": f"sqlite:///{tempfile.mkdtemp(prefix='demo-app-')}/conversations.db"}
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     command = [sys.executable, "-m", "streamlit", "run", "app/frontends/streamlit/web.py",

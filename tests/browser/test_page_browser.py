@@ -48,7 +48,7 @@ def send(page, text: str, answer_index: int, files=()):
     box = page.get_by_test_id("stChatInputTextArea")
     if files:
         page.locator('[data-testid="stChatInput"] input[type="file"]').set_input_files(list(files))
-        page.get_by_text(files[0]["name"]).first.wait_for(timeout=10_000)
+        page.get_by_text(files[0]["name"]).first.wait_for(timeout=60_000)  # a loaded machine uploads slowly
     box.fill(text)
     expect(page.get_by_test_id("stChatInputSubmitButton")).to_be_enabled(timeout=60_000)  # files uploaded
     box.press("Enter")
