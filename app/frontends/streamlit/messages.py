@@ -11,7 +11,7 @@ from streamlit.delta_generator import DeltaGenerator
 
 from app.agent.loop import ToolSettings, pending_calls
 from app.domain.conversation import Conversation, Message, ToolCall
-from app.frontends.streamlit import approvals, history_window, message_actions, persistence
+from app.frontends.streamlit import approvals, history_window, message_actions, persistence, shown_images
 from app.frontends.streamlit.line_breaks import keep_line_breaks
 from app.frontends.streamlit.safe_markdown import safe_label, safe_markdown
 from app.frontends.streamlit.tool_cards import arguments, card_label, card_state, result_body, tool_images
@@ -86,7 +86,8 @@ def render_message(message: Message) -> DeltaGenerator:
         if message.images:
             columns = st.columns(min(len(message.images), 4))
             for index, image in enumerate(message.images):
-                columns[index % len(columns)].image(image.data, caption=safe_markdown(image.name), width="content")
+                columns[index % len(columns)].image(shown_images.shown(image.data), caption=safe_markdown(image.name),
+                                                    width="content")
         render_answer(message, {})
     return bubble
 

@@ -9,6 +9,7 @@ from typing import Any, Literal
 import streamlit as st
 
 from app.domain.conversation import Message, ToolCall
+from app.frontends.streamlit import shown_images
 from app.frontends.streamlit.safe_markdown import safe_label, safe_markdown
 
 _SUMMARY_CHARS = 80
@@ -72,4 +73,4 @@ def tool_images(message: Message | None) -> None:
     """Plots and generated pictures go in the chat itself, under their card."""
     for attachment in message.attachments if message is not None else []:
         if attachment.kind == "image":
-            st.image(attachment.data, caption=safe_markdown(attachment.name) or None)
+            st.image(shown_images.shown(attachment.data), caption=safe_markdown(attachment.name) or None)
