@@ -1,7 +1,8 @@
 """What the transformers backend's prompt cache saves, on any device: a long conversation's first request, the same
 conversation one turn later with the cache and without it (DEMO_PROMPT_CACHE_MB=0), side by side in one run; whether
 the greedy answers with and without the cache are the same; and decode speed for 1 and 8 sessions at once
-(continuous batching) in the precision the backend loads by default.
+(continuous batching) in the precision the backend loads by default, beside transformers' own generate() on the same
+loaded model.
 
     .venv/bin/python -m bench.prompt_cache [--model PATH] [--device cpu|cuda] [--turns 12] [--runs 3]
     .venv/bin/python -m bench.prompt_cache --device cuda --shape qwen2.5-1.5b   # random weights, a real model's shape
@@ -78,6 +79,20 @@ def decode_speed(client: Any, sessions: int, tokens: int) -> float:
     return sum(counts) / (time.perf_counter() - started)
 
 
+def generate_speed(client: Any, tokens: int) -> float:
+    """tok/s of transformers' own `generate()` on the same loaded model, greedy, one answer: the peer that measures
+    what the backend's own decode loop (batching, stop strings, streaming) costs per token."""
+    import torch
+
+    ids = client.template.render([{"role": "user", "content": "Story 0 about a lighthouse."}]).token_ids
+    input_ids = torch.tensor([ids], device=client.model.device)
+    started = time.perf_counter()
+    with torch.inference_mode():
+        out = client.model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), do_sample=False,
+                                    max_new_tokens=tokens, min_new_tokens=tokens)
+    return (out.shape[1] - len(ids)) / (time.perf_counter() - started)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="", help="a local model folder (default: the embedded SmolLM2)")
@@ -126,7 +141,10 @@ def main() -> None:
     uncached.close()
     one = decode_speed(cached, 1, args.tokens)
     eight = decode_speed(cached, 8, args.tokens)
-    print(f"decode, {args.tokens} tokens: 1 session {one:.1f} tok/s, 8 at once {eight:.1f} tok/s ({eight / one:.2f}x)")
+    generate_speed(cached, 8)  # warm-up
+    peer = generate_speed(cached, args.tokens)
+    print(f"decode, {args.tokens} tokens: 1 session {one:.1f} tok/s, 8 at once {eight:.1f} tok/s ({eight / one:.2f}x); "
+          f"transformers generate(), 1 answer: {peer:.1f} tok/s (the backend at {one / peer:.2f}x of it)")
     cached.close()
 
 

@@ -16,7 +16,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # set their own DEMO_DATABASE_URL).
 os.environ.setdefault("DEMO_DATABASE_URL", f"sqlite:///{tempfile.mkdtemp(prefix='demo-tests-')}/conversations.db")
 
-from tests.tiny_model import build_tiny_model  # noqa: E402  (after the offline settings above)
+from tests.tiny_model import TEST_DEVICE, build_tiny_model  # noqa: E402  (after the offline settings above)
 from tests.tiny_vlm import build_tiny_vlm  # noqa: E402
 
 # ----- what runs where: markers from the fixtures a test uses, and CI lets nothing else skip -------------------
@@ -140,7 +140,7 @@ def tiny_vlm_client(tiny_vlm_dir: Path):
     from app.clients.hf.hf_client import HFClient
     from app.config import ModelSettings
 
-    return HFClient(ModelSettings(dtype="float32", model_path=str(tiny_vlm_dir), device="cpu"))
+    return HFClient(ModelSettings(dtype="float32", model_path=str(tiny_vlm_dir), device=TEST_DEVICE))
 
 
 @pytest.fixture(scope="session")
@@ -158,7 +158,7 @@ def tiny_client(tiny_model_dir: Path):
     from app.clients.hf.hf_client import HFClient
     from app.config import ModelSettings
 
-    return HFClient(ModelSettings(dtype="float32", model_path=str(tiny_model_dir), device="cpu"))
+    return HFClient(ModelSettings(dtype="float32", model_path=str(tiny_model_dir), device=TEST_DEVICE))
 
 
 @pytest.fixture(scope="session")
@@ -166,7 +166,7 @@ def smol_client(smollm2_dir: Path):
     from app.clients.hf.hf_client import HFClient
     from app.config import ModelSettings
 
-    return HFClient(ModelSettings(model_path=str(smollm2_dir), device="cpu"))
+    return HFClient(ModelSettings(model_path=str(smollm2_dir), device=TEST_DEVICE))
 
 
 # ----- databases: SQLite always; PostgreSQL where Debian's postgresql is installed (a throwaway server) -----------

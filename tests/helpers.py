@@ -12,13 +12,14 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-import streamlit as st
-from streamlit.testing.v1 import AppTest
 
 from app.clients.client_protocol import Client, Delta, GenerationParams, ResponseFormat, ToolRequest
+
+if TYPE_CHECKING:
+    from streamlit.testing.v1 import AppTest
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"  # logs and screenshots worth keeping
@@ -97,6 +98,9 @@ def open_app(monkeypatch: pytest.MonkeyPatch, model_dir: Path | str, *, page: st
              max_new_tokens: int | None = None) -> Iterator[AppTest]:
     """The app in AppTest on `model_dir` (DEMO_MODEL), fresh caches, run once and on `page` if given, with the
     sidebar's temperature and max new tokens set if given; clears Streamlit's resource cache again after."""
+    import streamlit as st  # here, not at the top: the engine tests run on machines without the UI (a GPU box)
+    from streamlit.testing.v1 import AppTest
+
     monkeypatch.setenv("DEMO_MODEL", str(model_dir))
     st.cache_resource.clear()
     forget_preferences()

@@ -8,7 +8,11 @@ tokens) is the real one. head_dim is 32 so vLLM's CPU kernels accept it too.
 from __future__ import annotations
 
 import itertools
+import os
 from pathlib import Path
+
+# Where the tests' transformers clients run: the CPU, or `DEMO_TEST_DEVICE=cuda` to run the engine tests on a GPU.
+TEST_DEVICE = os.environ.get("DEMO_TEST_DEVICE", "cpu")
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 TOOL_TAGS = ["<tool_call>", "</tool_call>"]  # added but not special, as in Qwen2.5: decoded text keeps them

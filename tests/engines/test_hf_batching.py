@@ -23,6 +23,7 @@ from app.clients.hf.hf_client import HFClient
 from app.clients.hf.sampling import TokenPicker
 from app.config import ModelSettings
 from tests.helpers import collect, open_app
+from tests.tiny_model import TEST_DEVICE
 
 GREEDY = GenerationParams(temperature=0.0, max_new_tokens=40)
 SHIRT = {"type": "object", "properties": {"in_stock": {"type": "boolean"}, "size": {"enum": ["S", "M", "L"]}},
@@ -66,7 +67,8 @@ def at_once(jobs: list[Callable[[], Any]], stagger_s: float = 0.0) -> list[Any]:
 
 @pytest.fixture(scope="module")
 def queue_client(tiny_model_dir):
-    client = HFClient(ModelSettings(dtype="float32", model_path=str(tiny_model_dir), device="cpu", hf_max_batch=1))
+    client = HFClient(ModelSettings(dtype="float32", model_path=str(tiny_model_dir),
+                                    device=TEST_DEVICE, hf_max_batch=1))
     yield client
     client.close()
 
@@ -97,26 +99,29 @@ def test_batched_logits_equal_each_rows_lone_logits(tiny_client):
     prompts = [tiny_client.template.render(question(i)).token_ids for i in (0, 2, 5)]
     nexts = [11, 12, 13]
 
+    def tensor(values):  # on the model's device: DEMO_TEST_DEVICE=cuda runs this test on a GPU
+        return torch.tensor(values, device=model.device)
+
     def prefill(ids):
         cache = DynamicCache(config=model.config)
-        model(input_ids=torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-              position_ids=torch.arange(len(ids)).unsqueeze(0), past_key_values=cache, use_cache=True)
+        model(input_ids=tensor([ids]), attention_mask=tensor([[1] * len(ids)]),
+              position_ids=tensor([list(range(len(ids)))]), past_key_values=cache, use_cache=True)
         return cache
 
     with torch.inference_mode():
         lone = []
         for ids, token in zip(prompts, nexts, strict=True):
             cache = prefill(ids)
-            out = model(input_ids=torch.tensor([[token]]), attention_mask=torch.ones(1, len(ids) + 1, dtype=torch.long),
-                        position_ids=torch.tensor([[len(ids)]]), past_key_values=cache, use_cache=True)
+            out = model(input_ids=tensor([[token]]), attention_mask=tensor([[1] * (len(ids) + 1)]),
+                        position_ids=tensor([[len(ids)]]), past_key_values=cache, use_cache=True)
             lone.append(out.logits[0, -1])
         batch = BatchCache()
         for ids in prompts:
             batch.add(prefill(ids))
         assert batch.rows == 3 and batch.length == max(map(len, prompts))
         assert batch.mask.sum(dim=1).tolist() == [len(ids) for ids in prompts]
-        out = model(input_ids=torch.tensor([[t] for t in nexts]), attention_mask=batch.grow(),
-                    position_ids=torch.tensor([[len(ids)] for ids in prompts]), past_key_values=batch.cache,
+        out = model(input_ids=tensor([[t] for t in nexts]), attention_mask=batch.grow(),
+                    position_ids=tensor([[len(ids)] for ids in prompts]), past_key_values=batch.cache,
                     use_cache=True)
         for row in range(3):
             torch.testing.assert_close(out.logits[row, -1], lone[row], atol=1e-5, rtol=1e-5)
@@ -169,7 +174,8 @@ def test_stop_ends_only_its_own_reply(tiny_client):
 
 @pytest.fixture(scope="module")
 def chunked_client(tiny_model_dir):
-    client = HFClient(ModelSettings(dtype="float32", model_path=str(tiny_model_dir), device="cpu", hf_prefill_chunk=16))
+    client = HFClient(ModelSettings(dtype="float32", model_path=str(tiny_model_dir),
+                                    device=TEST_DEVICE, hf_prefill_chunk=16))
     yield client
     client.close()
 
@@ -263,7 +269,7 @@ def test_a_grammar_that_rejects_its_own_token_says_so(tiny_client):
 
 def test_an_engine_failure_without_a_message_still_says_what_failed(tiny_model_dir, monkeypatch):
     """An empty AssertionError once reached the user as "Generation failed: " and nothing more."""
-    client = HFClient(ModelSettings(dtype="float32", model_path=str(tiny_model_dir), device="cpu"))
+    client = HFClient(ModelSettings(dtype="float32", model_path=str(tiny_model_dir), device=TEST_DEVICE))
 
     def silent(self, token_ids, logits):
         raise AssertionError
@@ -300,7 +306,8 @@ client.close()
 
 
 def test_a_full_batch_makes_the_next_reply_wait_and_it_can_cancel_while_waiting(tiny_model_dir):
-    client = HFClient(ModelSettings(dtype="float32", model_path=str(tiny_model_dir), device="cpu", hf_max_batch=2))
+    client = HFClient(ModelSettings(dtype="float32", model_path=str(tiny_model_dir),
+                                    device=TEST_DEVICE, hf_max_batch=2))
     release = threading.Event()
     started = threading.Barrier(3)
 
@@ -338,7 +345,7 @@ def test_a_full_batch_makes_the_next_reply_wait_and_it_can_cancel_while_waiting(
 
 
 def test_unloading_the_model_ends_its_replies_with_a_clear_error(tiny_model_dir):
-    client = HFClient(ModelSettings(dtype="float32", model_path=str(tiny_model_dir), device="cpu"))
+    client = HFClient(ModelSettings(dtype="float32", model_path=str(tiny_model_dir), device=TEST_DEVICE))
     stream = client.stream(question(1), GenerationParams(temperature=0.0, max_new_tokens=3000), threading.Event())
     next(d for d in stream if d.text)
     closer = threading.Thread(target=client.close)
@@ -360,7 +367,7 @@ def smol_batch(smollm2_dir):
     # float32, stated: in bfloat16 a batched matrix product rounds a row differently from the row alone, so greedy
     # answers written together part from their lone answers after 2 to 40 tokens (still fluent); these tests check
     # that batching itself changes nothing, which float32 shows token for token.
-    client = HFClient(ModelSettings(model_path=str(smollm2_dir), device="cpu", dtype="float32", hf_max_batch=8))
+    client = HFClient(ModelSettings(model_path=str(smollm2_dir), device=TEST_DEVICE, dtype="float32", hf_max_batch=8))
     yield client
     client.close()
 
@@ -420,7 +427,7 @@ def test_smollm2_constrained_and_free_replies_joining_and_leaving_the_batch_at_d
 
 
 def test_a_failure_outside_one_reply_fails_the_batch_and_the_decoder_goes_on(tiny_model_dir, monkeypatch):
-    client = HFClient(ModelSettings(dtype="float32", model_path=str(tiny_model_dir), device="cpu"))
+    client = HFClient(ModelSettings(dtype="float32", model_path=str(tiny_model_dir), device=TEST_DEVICE))
 
     def broken(self, rows):
         raise RuntimeError("device lost (simulated by the test)")
@@ -445,7 +452,7 @@ def test_a_client_that_is_dropped_stops_its_decoding_thread(tiny_model_dir):
     import gc
     import weakref
 
-    client = HFClient(ModelSettings(dtype="float32", model_path=str(tiny_model_dir), device="cpu"))
+    client = HFClient(ModelSettings(dtype="float32", model_path=str(tiny_model_dir), device=TEST_DEVICE))
     outcome(client, question(1))
     thread = client.decoder._thread
     decoder = weakref.ref(client.decoder)
@@ -459,7 +466,8 @@ def test_a_client_that_is_dropped_stops_its_decoding_thread(tiny_model_dir):
 def test_models_the_batched_decoder_would_change_answer_one_after_another(tiny_model_dir, change):
     from app.clients.hf.batch import can_batch
 
-    client = HFClient(ModelSettings(dtype="float32", model_path=str(tiny_model_dir), device="cpu", hf_max_batch=1))
+    client = HFClient(ModelSettings(dtype="float32", model_path=str(tiny_model_dir),
+                                    device=TEST_DEVICE, hf_max_batch=1))
     model = client.model
     assert can_batch(model)
     if change == "min_p":

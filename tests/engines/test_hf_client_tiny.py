@@ -17,6 +17,7 @@ from app.clients.hf.hf_client import HFClient
 from app.clients.hf.streamer import IncrementalTextStreamer
 from app.config import ModelSettings
 from tests.helpers import collect
+from tests.tiny_model import TEST_DEVICE
 
 GREEDY = GenerationParams(temperature=0.0, max_new_tokens=24)
 HELLO = [{"role": "user", "content": "Hello there"}]
@@ -111,7 +112,8 @@ def test_concurrent_sessions_are_not_mixed(tiny_client):
 
 
 def test_with_batching_off_a_waiting_session_is_told_and_can_cancel_while_waiting(tiny_model_dir):
-    tiny_client = HFClient(ModelSettings(dtype="float32", model_path=str(tiny_model_dir), device="cpu", hf_max_batch=1))
+    tiny_client = HFClient(ModelSettings(dtype="float32", model_path=str(tiny_model_dir),
+                                         device=TEST_DEVICE, hf_max_batch=1))
     assert tiny_client.decoder is None and "batches" not in tiny_client.describe()
     hold = threading.Event()
     release = threading.Event()
@@ -220,7 +222,7 @@ def test_stop_tokens_come_from_the_tokenizer_and_the_template(tiny_client):
 
 @pytest.mark.parametrize("max_batch", [1, 8])
 def test_generation_failure_in_the_thread_becomes_a_client_error(tiny_model_dir, max_batch, monkeypatch):
-    client = HFClient(ModelSettings(dtype="float32", model_path=str(tiny_model_dir), device="cpu",
+    client = HFClient(ModelSettings(dtype="float32", model_path=str(tiny_model_dir), device=TEST_DEVICE,
                                     hf_max_batch=max_batch))
 
     def broken(*args, **kwargs):

@@ -18,6 +18,7 @@ from app.clients.hf.prompt_cache import PromptCache
 from app.config import ModelSettings
 from tests.engines.test_hf_batching import at_once
 from tests.helpers import collect
+from tests.tiny_model import TEST_DEVICE
 
 GREEDY = GenerationParams(temperature=0.0, max_new_tokens=24)
 SYSTEM = {"role": "system", "content": "You are a careful assistant for a shop. " * 8}
@@ -39,7 +40,7 @@ def answer(client: HFClient, messages, params=GREEDY) -> tuple[str, int, int]:
 
 
 def client_for(model_dir, dtype: str = "float32", **settings) -> HFClient:
-    return HFClient(ModelSettings(dtype=dtype, model_path=str(model_dir), device="cpu", **settings))
+    return HFClient(ModelSettings(dtype=dtype, model_path=str(model_dir), device=TEST_DEVICE, **settings))
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +128,8 @@ def test_the_memory_bound_is_a_setting_and_zero_turns_the_cache_off(tiny_model_d
     monkeypatch.setenv("DEMO_PROMPT_CACHE_MB", "0")
     assert ModelSettings.from_env(default_backend).prompt_cache_mb == 0
     monkeypatch.setenv("DEMO_PROMPT_CACHE_MB", "64")
-    client = HFClient(replace(ModelSettings.from_env(default_backend), model_path=str(tiny_model_dir), device="cpu"))
+    client = HFClient(replace(ModelSettings.from_env(default_backend), model_path=str(tiny_model_dir),
+                      device=TEST_DEVICE))
     try:
         assert "prompt cache 64 MB" in client.describe()
         answer(client, conversation("bells", 1))

@@ -20,7 +20,7 @@ from app.prompting.dialects import get_dialect
 from app.prompting.thinking import THINK_TAGS, ThinkingSplitter
 from app.storage.codec import conversation_to_markdown, decode_message, encode_message
 from tests.helpers import collect, readme_screenshot
-from tests.tiny_model import build_scripted_model
+from tests.tiny_model import TEST_DEVICE, build_scripted_model
 
 THOUGHT = ["The user", " asks for", " 2 + 2.", " Two and two", " make four."]
 SCRIPT = ["<think>", *THOUGHT, "</think>", "2 + 2 = 4."]
@@ -112,7 +112,7 @@ def thinker_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def thinker(thinker_dir):
-    return HFClient(ModelSettings(dtype="float32", model_path=str(thinker_dir), device="cpu"))
+    return HFClient(ModelSettings(dtype="float32", model_path=str(thinker_dir), device=TEST_DEVICE))
 
 
 def test_the_template_is_recognised_as_a_reasoning_one_with_a_switch(thinker, tiny_client):
@@ -136,7 +136,7 @@ def test_the_thought_streams_apart_from_the_answer_through_the_real_client(think
 
 def test_a_thought_the_prompt_opens_is_split_too(tmp_path):
     folder = build_scripted_model(tmp_path / "r1", [*THOUGHT, "</think>", "4."], family="r1")
-    client = HFClient(ModelSettings(dtype="float32", model_path=str(folder), device="cpu"))
+    client = HFClient(ModelSettings(dtype="float32", model_path=str(folder), device=TEST_DEVICE))
     text, deltas = collect(client, [{"role": "user", "content": "What is 2 + 2?"}], GREEDY)
     assert text.strip() == "4." and "".join(d.thinking for d in deltas) == "".join(THOUGHT)
 

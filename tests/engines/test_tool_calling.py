@@ -31,7 +31,7 @@ from app.tools import load_tools
 from app.tools.tool_registry import ToolError, ToolRegistry
 from tests.fake_client import ScriptedClient, call_reply, text_reply
 from tests.helpers import collect
-from tests.tiny_model import build_tiny_model
+from tests.tiny_model import TEST_DEVICE, build_tiny_model
 
 registry = load_tools()
 SCHEMAS = tuple(registry.schemas())
@@ -41,7 +41,7 @@ ASK = [{"role": "system", "content": "You are helpful."}, {"role": "user", "cont
 @pytest.fixture(scope="module", params=["qwen", "glm4", "llama3"])
 def family_client(request, tmp_path_factory):
     folder = build_tiny_model(tmp_path_factory.mktemp(request.param), family=request.param)
-    return HFClient(ModelSettings(dtype="float32", model_path=str(folder), device="cpu"))
+    return HFClient(ModelSettings(dtype="float32", model_path=str(folder), device=TEST_DEVICE))
 
 
 def test_the_dialect_is_read_from_the_template(family_client):
