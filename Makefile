@@ -163,8 +163,8 @@ ifeq ($(TEST_WORKERS),0)
 	@$(PY) -m pytest -q tests $(PYTEST_ARGS)
 else
 	@# Both phases run, and either one failing fails make test.
-	@DEMO_TEST_PHASE=parallel $(PY) -m pytest -q tests $(XDIST) $(PYTEST_ARGS); first=$$?; \
-	  DEMO_TEST_PHASE=serial $(PY) -m pytest -q tests $(PYTEST_ARGS); second=$$?; \
+	@first=0; DEMO_TEST_PHASE=parallel $(PY) -m pytest -q tests $(XDIST) $(PYTEST_ARGS) || first=$$?; \
+	  second=0; DEMO_TEST_PHASE=serial $(PY) -m pytest -q tests $(PYTEST_ARGS) || second=$$?; \
 	  [ $$first -eq 0 ] && [ $$second -eq 0 ]
 endif
 
