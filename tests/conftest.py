@@ -36,6 +36,29 @@ MODEL_FIXTURES = {"tiny_model_dir", "tiny_vlm_dir", "tiny_client", "tiny_vlm_cli
 MODEL_BUILDERS = {"build_tiny_model", "build_scripted_model", "build_tiny_vlm", "ensure_embedded_model"}
 
 
+# `make test` runs the suite in two phases: DEMO_TEST_PHASE=parallel, the tests that leave a core idle about half the
+# time, on one process per core (pytest-xdist), then DEMO_TEST_PHASE=serial, on one process, those that keep every
+# core busy by themselves: Chromium with the app's server and its model, and llama.cpp (a thread per core). Side by
+# side with another worker those ran past their time limits. A phase the user's own -m leaves empty is no failure.
+TEST_PHASE = os.environ.get("DEMO_TEST_PHASE", "")
+TEST_PHASES = ("parallel", "serial")
+EVERY_CORE_MARKERS = ("browser", "llamacpp")
+
+
+def _needs_every_core(item: pytest.Item) -> bool:
+    return any(item.get_closest_marker(name) is not None for name in EVERY_CORE_MARKERS)
+
+
+def _deselect(config: pytest.Config, items: list[pytest.Item], leave_out: Callable[[pytest.Item], bool]) -> None:
+    kept: list[pytest.Item] = []
+    left_out: list[pytest.Item] = []
+    for item in items:
+        (left_out if leave_out(item) else kept).append(item)
+    if left_out:
+        items[:] = kept
+        config.hook.pytest_deselected(items=left_out)
+
+
 def _names_used(item: pytest.Item) -> set[str]:
     """The global and attribute names a test function's code uses (nested functions and comprehensions too)."""
     function = getattr(item, "function", None)
@@ -70,26 +93,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if TEST_PHASE in TEST_PHASES:
         serial_phase = TEST_PHASE == "serial"
         _deselect(config, items, lambda item: _needs_every_core(item) != serial_phase)
-
-
-# `make test` runs the suite in two phases: DEMO_TEST_PHASE=parallel, the tests that leave a core idle about half the
-# time, on one process per core (pytest-xdist), then DEMO_TEST_PHASE=serial, on one process, those that keep every
-# core busy by themselves: Chromium with the app's server and its model, and llama.cpp (a thread per core). Side by
-# side with another worker those ran past their time limits. A phase the user's own -m leaves empty is no failure.
-TEST_PHASE = os.environ.get("DEMO_TEST_PHASE", "")
-TEST_PHASES = ("parallel", "serial")
-EVERY_CORE_MARKERS = ("browser", "llamacpp")
-
-
-def _needs_every_core(item: pytest.Item) -> bool:
-    return any(item.get_closest_marker(name) is not None for name in EVERY_CORE_MARKERS)
-
-
-def _deselect(config: pytest.Config, items: list[pytest.Item], leave_out: Callable[[pytest.Item], bool]) -> None:
-    left_out = [item for item in items if leave_out(item)]
-    if left_out:
-        items[:] = [item for item in items if not leave_out(item)]
-        config.hook.pytest_deselected(items=left_out)
 
 
 _unexpected_skips: list[str] = []
