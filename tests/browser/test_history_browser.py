@@ -6,6 +6,7 @@ demand, and keeps Stop, Regenerate and versions on its last messages."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 from playwright.sync_api import expect
@@ -14,7 +15,14 @@ from app.domain.conversation import Message
 from app.frontends.streamlit.history_window import PAGE_MESSAGES
 from app.storage import ConversationStore
 from app.storage.database import open_database
-from tests.helpers import model_loaded, readme_screenshot, settle, stop_and_check, streamlit_app
+from tests.helpers import (
+    generation_settings,
+    model_loaded,
+    readme_screenshot,
+    settle,
+    stop_and_check,
+    streamlit_app,
+)
 
 
 def app_serving(smollm2_dir: Path, database_url: str):
@@ -58,6 +66,26 @@ def bubbles(page) -> list[str]:
     return [text.strip() for text in page.locator('[data-testid="stChatMessage"]').all_inner_texts()]
 
 
+def sidebar_clicks_leave_the_answer_writing(page, answer) -> None:
+    """While `answer` streams, a generation setting changed and a history search typed rerun only their sidebar
+    sections (Streamlit fragments): the answer goes on writing, not stopped as a rerun of the page would stop it."""
+    deadline = time.monotonic() + 60
+    while answer.get_by_role("button", name="Stop").count() == 0 or "waiting for the model" in answer.inner_text() \
+            or len(answer.inner_text()) < 80:
+        assert time.monotonic() < deadline, answer.inner_text()
+        time.sleep(0.1)
+    seed = generation_settings(page).get_by_role("spinbutton", name="Seed")
+    seed.fill("7")
+    seed.press("Enter")
+    search = page.get_by_test_id("stSidebar").get_by_placeholder("Search titles and messages")
+    search.fill("zebra")
+    search.press("Enter")
+    before = len(answer.inner_text())
+    time.sleep(2)
+    assert len(answer.inner_text()) > before, "the answer stopped growing after clicks in the sidebar"
+    assert answer.get_by_text("Stopped").count() == 0, "a click in the sidebar stopped the answer"
+
+
 def test_a_conversation_survives_refresh_restart_and_two_tabs(smollm2_dir, browser, tmp_path):
     database = f"sqlite:///{tmp_path / 'conversations.db'}"
     with app_serving(smollm2_dir, database) as url:
@@ -92,7 +120,13 @@ def test_a_conversation_survives_refresh_restart_and_two_tabs(smollm2_dir, brows
         page.locator('[data-testid="stChatMessage"]').nth(1).wait_for(timeout=30_000)
         assert "What is the capital of France?" in bubbles(page)[0] and len(bubbles(page)) == 2
         imported_link = page.url
+        assert imported_link != link
 
+        # Deleted from its menu: the page shows a new, empty conversation at once, and the history the original.
+        page.locator(".st-key-history_menu button").first.click()
+        page.get_by_role("button", name="Delete", exact=True).click()
+        expect(page.locator('[data-testid="stChatMessage"]')).to_have_count(0, timeout=30_000)
+        expect(sidebar.get_by_role("button", name="What is the capital of France?")).to_have_count(1)
         page.close()
 
         # The original conversation, by its link, in two tabs at once: each appends, neither loses the other's.
@@ -107,7 +141,7 @@ def test_a_conversation_survives_refresh_restart_and_two_tabs(smollm2_dir, brows
 
     store = ConversationStore(open_database(database))
     original_id = link.split("c=")[1]
-    assert {summary.id for summary in store.list("local")} == {original_id, imported_link.split("c=")[1]}
+    assert {summary.id for summary in store.list("local")} == {original_id}  # the import was deleted
     stored = store.get("local", original_id)
     users = [m.content for m in stored.messages if m.role == "user"]
     assert users == ["What is the capital of France?", "And of Germany?", "And of Italy?"]  # nothing lost
@@ -140,8 +174,10 @@ def test_a_long_conversation_opens_at_its_end_and_keeps_every_action_on_its_last
         box.press("Enter")
         expect(messages.filter(has_text="Write a very long story")).to_have_count(1, timeout=30_000)
         story = page.locator(chat_messages).last
+        sidebar_clicks_leave_the_answer_writing(page, story)
         stop_and_check(page, story)
         settle(page, story)
+        expect(page.get_by_test_id("stSidebar")).to_contain_text("No conversation matches.")  # the search, applied
         story.get_by_role("button", name="Regenerate").click()
         story = page.locator(chat_messages).last
         stop_and_check(page, story)
@@ -153,6 +189,8 @@ def test_a_long_conversation_opens_at_its_end_and_keeps_every_action_on_its_last
         expect(messages.last).to_contain_text("2/2", timeout=60_000)
         expect(messages).to_have_count(PAGE_MESSAGES)
         assert "Write a very long story" in messages.nth(PAGE_MESSAGES - 2).inner_text()
+        # The seed chosen while the answer was written was stored as the user's setting.
+        expect(generation_settings(page).get_by_role("spinbutton", name="Seed")).to_have_value("7")
         page.close()
     stored = store.get("local", conversation_id)
     assert len(stored.messages) == 122 and stored.messages[-1].stopped

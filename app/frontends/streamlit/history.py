@@ -21,41 +21,55 @@ _LISTED = 30
 _NOTICE = "_history_notice"
 
 
+_SWITCHED = "_history_switched"  # a click in the history opened, started or deleted a conversation
+
+
 def render(page: str, conversation: Conversation) -> None:
     if notice := st.session_state.pop(_NOTICE, None):
         st.toast(safe_label(notice), icon=":material/upload:")
+    st.session_state.pop(_SWITCHED, None)
     with sidebar.history_section():
-        who = owner()
-        if who is None:
-            st.subheader("History")
-            st.caption("Sign in to keep your conversations: they are saved for you alone.")
-            st.button("Sign in", key="history_login", icon=":material/login:", width="stretch", on_click=st.login)
-            return
-        st.button("New conversation", key="history_new", icon=":material/add_comment:", width="stretch",
-                  on_click=persistence.start_new, args=(page, conversation))
-        search = st.text_input("Search conversations", key=f"history_search/{page}", label_visibility="collapsed",
-                               placeholder="Search titles and messages", icon=":material/search:")
-        try:
-            listed = store().list(who, page=page, search=search.strip(), limit=_LISTED)
-        except StorageError as exc:
-            st.caption(safe_markdown(f"The history is not available: {exc}"))
-            return
-        current = persistence.binding(page).conversation_id
-        if not listed:
-            st.caption("No conversation matches." if search.strip() else "Conversations appear here once sent.")
-        group = None
-        for item in listed:
-            if (when := day_group(item.updated_at)) != group:
-                group = when
-                st.caption(when)
-            if item.id == current:
-                _current_entry(page, conversation, item, who)
-            else:
-                st.button(safe_label(item.title) or "Untitled", key=f"history_open/{item.id}", width="stretch",
-                          type="tertiary", help=_entry_help(item), on_click=_open, args=(page, conversation, item.id))
-        with st.expander("Import a conversation", icon=":material/upload_file:"):
-            _import(page, who)
-        st.divider()
+        _history(page, conversation)
+
+
+@st.fragment
+def _history(page: str, conversation: Conversation) -> None:
+    """The history, as a fragment: searching, opening the menu and renaming rerun the history alone, not the page
+    and its conversation. A click that puts another conversation on the page (open, new, delete, import) reruns the
+    whole app, from here, since a callback cannot."""
+    if st.session_state.pop(_SWITCHED, False):
+        st.rerun()
+    who = owner()
+    if who is None:
+        st.subheader("History")
+        st.caption("Sign in to keep your conversations: they are saved for you alone.")
+        st.button("Sign in", key="history_login", icon=":material/login:", width="stretch", on_click=st.login)
+        return
+    st.button("New conversation", key="history_new", icon=":material/add_comment:", width="stretch",
+              on_click=_start_new, args=(page, conversation))
+    search = st.text_input("Search conversations", key=f"history_search/{page}", label_visibility="collapsed",
+                           placeholder="Search titles and messages", icon=":material/search:")
+    try:
+        listed = store().list(who, page=page, search=search.strip(), limit=_LISTED)
+    except StorageError as exc:
+        st.caption(safe_markdown(f"The history is not available: {exc}"))
+        return
+    current = persistence.binding(page).conversation_id
+    if not listed:
+        st.caption("No conversation matches." if search.strip() else "Conversations appear here once sent.")
+    group = None
+    for item in listed:
+        if (when := day_group(item.updated_at)) != group:
+            group = when
+            st.caption(when)
+        if item.id == current:
+            _current_entry(page, conversation, item, who)
+        else:
+            st.button(safe_label(item.title) or "Untitled", key=f"history_open/{item.id}", width="stretch",
+                      type="tertiary", help=_entry_help(item), on_click=_open, args=(page, conversation, item.id))
+    with st.expander("Import a conversation", icon=":material/upload_file:"):
+        _import(page, who)
+    st.divider()
 
 
 def day_group(when: datetime, now: datetime | None = None) -> str:
@@ -75,7 +89,17 @@ def _entry_help(item: ConversationSummary) -> str:
     return f"{item.message_count} messages · {item.updated_at:%Y-%m-%d %H:%M} UTC"
 
 
+def _switched() -> None:
+    st.session_state[_SWITCHED] = True
+
+
+def _start_new(page: str, conversation: Conversation) -> None:
+    persistence.start_new(page, conversation)
+    _switched()
+
+
 def _open(page: str, conversation: Conversation, conversation_id: str) -> None:
+    _switched()
     try:
         persistence.load(page, conversation, conversation_id)
     except ConversationNotFound:
@@ -151,6 +175,7 @@ def _delete(page: str, conversation: Conversation, who: str, conversation_id: st
         st.toast(safe_label(f"Could not delete: {exc}"), icon=":material/error:")
         return
     persistence.start_new(page, conversation)
+    _switched()
     st.toast("Deleted.", icon=":material/delete:")
 
 

@@ -98,7 +98,17 @@ def render() -> SidebarState:
             model = _model_settings(backend, defaults)
         st.session_state[_STATUS_SECTION_KEY] = st.container()
 
-    with generation_box, st.expander("Generation settings", icon=":material/tune:"):
+    with generation_box:
+        return _generation_settings(model)
+
+
+@st.fragment
+def _generation_settings(model: ModelSettings) -> SidebarState:
+    """The Generation settings section, as a fragment: changing a setting reruns this section alone, not the page
+    and its conversation (a long one costs on every full run; an answer being written goes on). The pages read the
+    result from session state on their next run, and the settings are stored for the user here. A change of model
+    is a full run, which calls this again with the new `model`."""
+    with st.expander("Generation settings", icon=":material/tune:"):
         system_prompt = st.text_area("System prompt", value=DEFAULT_SYSTEM_PROMPT, key="system_prompt",
                                      placeholder="Empty: the model's own default, if its chat template has one")
         sampling = sampling_settings.render(defaults_for_settings(model),
