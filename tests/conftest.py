@@ -14,8 +14,13 @@ ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # Conversations the tests save go to a throwaway database, never the user's own (tests that look at a database
-# set their own DEMO_DATABASE_URL).
-os.environ.setdefault("DEMO_DATABASE_URL", f"sqlite:///{tempfile.mkdtemp(prefix='demo-tests-')}/conversations.db")
+# set their own DEMO_DATABASE_URL). One per process: pytest-xdist's workers inherit the environment of the process
+# that started them, and two workers sharing one database raced on the stored preferences (one test cleared them
+# while another read back what it had just set).
+_OWN_DATABASE = "DEMO_TESTS_OWN_DATABASE"
+if "DEMO_DATABASE_URL" not in os.environ or os.environ.get(_OWN_DATABASE) == "1":
+    os.environ["DEMO_DATABASE_URL"] = f"sqlite:///{tempfile.mkdtemp(prefix='demo-tests-')}/conversations.db"
+    os.environ[_OWN_DATABASE] = "1"
 
 from tests.tiny_model import TEST_DEVICE, build_tiny_model  # noqa: E402  (after the offline settings above)
 from tests.tiny_vlm import build_tiny_vlm  # noqa: E402
