@@ -319,9 +319,11 @@ def verdicts(results: dict[int, Figures]) -> list[tuple[str, str, str]]:
     at_most("send drawn <= 0.5 s at 300 turns", 300, "send_s", 0.5)
     at_most("reload drawn <= 2 s at 300 turns", 300, "reload_full_s", 2.0)
     at_most("import shown <= 3 s at 300 turns", 300, "import_s", 3.0)
-    label = "page tok/s at 300 turns >= 0.9x at 1 turn"
+    # The model itself decodes more slowly after a long prompt (attention over thousands of tokens), so what the page
+    # adds is its streaming speed over the model's own: that share must not fall as the conversation grows.
+    label = "page/model tok/s at 300 turns >= 0.9x at 1 turn"
     if 1 in results and 300 in results:
-        ratio = results[300].page_tps / results[1].page_tps
+        ratio = (results[300].page_tps / results[300].model_tps) / (results[1].page_tps / results[1].model_tps)
         rows.append((label, f"{ratio:.2f}x", "PASS" if ratio >= 0.9 else "FAIL"))
     else:
         rows.append((label, "1 and 300 turns not both measured", "n/a"))

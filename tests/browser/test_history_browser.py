@@ -191,6 +191,17 @@ def test_a_long_conversation_opens_at_its_end_and_keeps_every_action_on_its_last
         assert "Write a very long story" in messages.nth(PAGE_MESSAGES - 2).inner_text()
         # The seed chosen while the answer was written was stored as the user's setting.
         expect(generation_settings(page).get_by_role("spinbutton", name="Seed")).to_have_value("7")
+
+        # Edit the last question: it gets a second version, and the new one is answered.
+        question = messages.nth(PAGE_MESSAGES - 2)
+        question.get_by_role("button", name="Edit").click()
+        page.get_by_role("textbox", name="Your message").fill("Name one harbour animal.")
+        page.get_by_role("button", name="Send", exact=True).click()
+        expect(question).to_contain_text("Name one harbour animal.", timeout=30_000)
+        expect(question).to_contain_text("2/2")
+        messages.last.get_by_text("tok/s").first.wait_for(timeout=120_000)
+        settle(page, messages.last)
         page.close()
     stored = store.get("local", conversation_id)
-    assert len(stored.messages) == 122 and stored.messages[-1].stopped
+    assert len(stored.messages) == 122 and stored.messages[-2].content == "Name one harbour animal."
+    assert not stored.messages[-1].stopped and stored.messages[-1].content

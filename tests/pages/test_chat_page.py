@@ -189,6 +189,6 @@ def test_a_send_in_a_long_conversation_keeps_the_window_and_the_model_sees_every
     rows = messages(app)
     assert rows[-2][1] == "One more question" and rows[-1][0] == "assistant" and rows[-1][1]
     assert PAGE_MESSAGES <= len(rows) <= PAGE_MESSAGES + 2
-    # The prompt held the whole conversation (about 20 tokens a message), not only the 40 messages drawn.
+    # The prompt held the whole conversation (about 20 tokens a message), not only the messages drawn.
     prompt_tokens = int(re.search(r"prompt (\d+) tokens", rows[-1][2][0])[1])
     assert prompt_tokens > 100 * 20, rows[-1][2]
