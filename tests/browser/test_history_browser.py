@@ -67,8 +67,9 @@ def bubbles(page) -> list[str]:
 
 
 def sidebar_clicks_leave_the_answer_writing(page, answer) -> None:
-    """While `answer` streams, a generation setting changed and a history search typed rerun only their sidebar
-    sections (Streamlit fragments): the answer goes on writing, not stopped as a rerun of the page would stop it."""
+    """While `answer` streams, a generation setting changed, a history search typed and an earlier message's actions
+    opened rerun only their own sections (Streamlit fragments, run once the answer is done): the answer goes on
+    writing, not stopped as a rerun of the page would stop it."""
     deadline = time.monotonic() + 60
     while answer.get_by_role("button", name="Stop").count() == 0 or "waiting for the model" in answer.inner_text() \
             or len(answer.inner_text()) < 80:
@@ -80,6 +81,8 @@ def sidebar_clicks_leave_the_answer_writing(page, answer) -> None:
     search = page.get_by_test_id("stSidebar").get_by_placeholder("Search titles and messages")
     search.fill("zebra")
     search.press("Enter")
+    earlier = page.locator('[data-testid="stChatMessage"]').filter(has_text="Question 50:")  # its actions, opened
+    earlier.locator('[class*="st-key-more"] button').first.click()
     before = len(answer.inner_text())
     time.sleep(2)
     assert len(answer.inner_text()) > before, "the answer stopped growing after clicks in the sidebar"
@@ -178,6 +181,11 @@ def test_a_long_conversation_opens_at_its_end_and_keeps_every_action_on_its_last
         stop_and_check(page, story)
         settle(page, story)
         expect(page.get_by_test_id("stSidebar")).to_contain_text("No conversation matches.")  # the search, applied
+        # An earlier message's actions, opened once no answer is being written: drawn in its own row.
+        opened = messages.filter(has_text="Question 51:")
+        opened.locator('[class*="st-key-more"] button').first.click()
+        expect(opened.get_by_role("button", name="Copy")).to_be_visible(timeout=10_000)
+        expect(opened.get_by_role("button", name="Edit")).to_be_visible()
         story.get_by_role("button", name="Regenerate").click()
         story = page.locator(chat_messages).last
         stop_and_check(page, story)

@@ -29,6 +29,7 @@ def render_history(page: str, conversation: Conversation, transform: Callable[[s
     (app/frontends/streamlit/approvals.py) over the page's `tools`. A long conversation is drawn from its most
     recent messages, earlier ones on demand, and most messages offer one light button for their actions
     (app/frontends/streamlit/history_window.py)."""
+    message_actions.changed_the_conversation()  # this run draws the change already
     results = {m.tool_call_id: m for m in conversation.messages if m.role == "tool"}
     waiting = pending_calls(conversation)
     messages = conversation.messages
@@ -60,9 +61,15 @@ def render_history(page: str, conversation: Conversation, transform: Callable[[s
             _actions(page, conversation_id, conversation, head, index - 1, index == len(messages))
 
 
+@st.fragment
 def _actions(page: str, conversation_id: str | None, conversation: Conversation, head: int, last: int,
              last_bubble: bool) -> None:
-    """Under a bubble (messages `head`..`last`): its row of actions, or the one button that opens it."""
+    """Under a bubble (messages `head`..`last`): its row of actions, or the one button that opens it. A fragment:
+    opening the row, the Copy and Edit boxes and typing an edit redraw this row alone; an action that changes the
+    conversation (Send an edit, Regenerate, another version) reruns the whole page from here
+    (app/frontends/streamlit/message_actions.py), since its callback cannot."""
+    if message_actions.changed_the_conversation():
+        st.rerun()
     if not history_window.actions_open(page, conversation_id, conversation, head, last_bubble):
         history_window.more_button(page, conversation_id, head)
     elif conversation.messages[head].role == "user":
