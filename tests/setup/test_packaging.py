@@ -116,7 +116,8 @@ def uncovered(closure: dict[str, str], declared: set[str]) -> list[str]:
 ENTRY_POINTS: dict[str | None, tuple[str, ...]] = {
     None: ("app.agent.loop", "app.clients.backends", "app.clients.hf.hf_client", "app.clients.openai",
            "app.clients.llamacpp.llamacpp_client", "app.prompting.dialects", "app.prompting.dialects.constraint",
-           "app.storage.repository", "app.storage.mcp_tokens", "app.tools", "app.compare.__main__"),
+           "app.storage.repository", "app.storage.mcp_tokens", "app.tools", "app.compare.__main__",
+           "app.models.__main__"),
     "api": ("app.frontends.api.__main__",),
     "mcp": ("app.frontends.mcp.__main__",),
     "ui": ("app.main", *(".".join(path.relative_to(ROOT).with_suffix("").parts)

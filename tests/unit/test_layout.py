@@ -27,6 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("app.domain",),
     ("app.prompting",),
     ("app.tools", "app.clients"),
+    ("app.models",),
     ("app.storage",),
     ("app.mcp_client",),
     ("app.agent",),
