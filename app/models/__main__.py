@@ -12,13 +12,13 @@ from pathlib import Path
 from app.clients.memory_fit import describe_bytes
 from app.models.discovery import FoundModel, default_sources, describe_path, discover
 from app.models.memory_at_context import fit_at_context
+from app.models.model_files import describe_count
 
 
 def line(model: FoundModel, context: int | None) -> str:
     files = model.files
     kind = files.format + (f" {files.quantization}" if files.quantization else "")
-    parameters = "params unknown" if not files.parameters else f"{files.parameters / 1e6:.0f}M params" \
-        if files.parameters < 1e9 else f"{files.parameters / 1e9:.1f}B params"
+    parameters = f"{describe_count(files.parameters)} params" if files.parameters else "params unknown"
     knows = [name for name, known in (("tools", files.tools), ("thinking", files.thinking),
                                       ("pictures", files.vision)) if known]
     facts = [kind, parameters, describe_bytes(files.size_bytes),

@@ -8,12 +8,15 @@ A file that cannot be read is still described, with the reason, so the library s
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+from app.clients.choice import gpu_present
 
 Format = Literal["gguf", "safetensors"]
 _MAX_TEXT = 1_000_000  # a config, tokenizer config or README larger than this is not read (a hostile folder)
@@ -53,8 +56,11 @@ class ModelFiles:
 
     @property
     def engine(self) -> str:
-        """The backend its format goes to by default: GGUF to llama.cpp, a folder to transformers."""
-        return "llamacpp" if self.format == "gguf" else "hf"
+        """The backend its format goes to here: GGUF to llama.cpp; a folder to vLLM where it is installed and an
+        NVIDIA GPU is present, else to transformers."""
+        if self.format == "gguf":
+            return "llamacpp"
+        return "vllm" if gpu_present() and importlib.util.find_spec("vllm") is not None else "hf"
 
 
 # ----- GGUF -----------------------------------------------------------------------------------------------------
@@ -194,6 +200,13 @@ def _card_licence(readme: Path) -> str | None:
 
 
 # ----- shared -----------------------------------------------------------------------------------------------------
+
+def describe_count(parameters: int) -> str:
+    """A parameter count as model cards say it: 135M, 7.6B; a tiny test model's 20,480 as it is."""
+    if parameters < 1_000_000:
+        return f"{parameters:,}"
+    return f"{parameters / 1e6:.0f}M" if parameters < 1e9 else f"{parameters / 1e9:.1f}B"
+
 
 def _template_knows(template: str) -> tuple[bool, bool]:
     """What a chat template renders: tools (it reads `tools`), and a thinking switch or thought tags."""

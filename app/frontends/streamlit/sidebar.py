@@ -19,7 +19,7 @@ from app.clients.client_protocol import GenerationParams
 from app.clients.embedded_model import model_folder
 from app.clients.generation_defaults import SAMPLING_FIELDS, defaults_for_settings
 from app.config import ModelSettings
-from app.frontends.streamlit import api_keys, preferences, sampling_settings
+from app.frontends.streamlit import api_keys, model_library, preferences, sampling_settings
 from app.frontends.streamlit.safe_markdown import safe_label
 
 # Empty: the model's own default system prompt, where its chat template has one (SmolLM2's, the one it was trained
@@ -96,6 +96,7 @@ def render() -> SidebarState:
                 key="backend",
             )
             model = _model_settings(backend, defaults)
+            model_library.details(model)
         st.session_state[_STATUS_SECTION_KEY] = st.container()
 
     with generation_box:
@@ -159,6 +160,7 @@ def _model_settings(backend: str, defaults: ModelSettings) -> ModelSettings:
                                   placeholder="empty: the first model the server lists")
         return replace(defaults, backend=backend, api_base_url=base_url.strip(), api_key=api_key,
                        api_model=api_model.strip())
+    model_library.render(backend)
     model_path = st.text_input(
         "Model path",
         value=defaults.model_path,
