@@ -49,7 +49,7 @@ def render(backend: str) -> None:
     row.selectbox(
         "On this machine", paths, index=None, key=PICKED, on_change=_use, args=(by_path,),
         format_func=lambda path: safe_label(_choice_label(by_path[path])),
-        placeholder=f"{len(found)} models found" if found else "No models found",
+        placeholder=f"{len(found)} model{'s' if len(found) != 1 else ''} found" if found else "No models found",
         help="Models in the Hugging Face cache, ~/models, LM Studio's folder, Ollama's store and DEMO_MODEL_DIRS. "
              "Picking one sets its path and the engine for its format.")
     row.button("", icon=":material/refresh:", key="model_library_rescan", help="Look for models again",
