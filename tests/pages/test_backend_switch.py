@@ -6,7 +6,9 @@ from tests.helpers import open_app
 
 
 def status_line(at):
-    return next(c.value for c in at.caption if " · " in c.value and "context" in c.value or "API" in c.value)
+    """The line under the title that names the loaded model's backend (the picker's own captions come first)."""
+    return next(c.value for c in at.caption if c.value.startswith(("transformers", "vLLM", "OpenAI", "API"))
+                or "API" in c.value)
 
 
 def test_switch_hf_vllm_openai_keeps_the_conversation(monkeypatch, tiny_model_dir, vllm_server):
