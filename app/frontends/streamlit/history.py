@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import streamlit as st
 
 from app.domain.conversation import Conversation
-from app.frontends.streamlit import history_window, persistence, sidebar
+from app.frontends.streamlit import history_window, persistence, sidebar, state
 from app.frontends.streamlit.persistence import owner, store
 from app.frontends.streamlit.safe_markdown import safe_label, safe_markdown
 from app.storage import ConversationNotFound, ImportRejected, StorageError
@@ -21,13 +21,10 @@ _LISTED = 30
 _NOTICE = "_history_notice"
 
 
-_SWITCHED = "_history_switched"  # a click in the history opened, started or deleted a conversation
-
-
 def render(page: str, conversation: Conversation) -> None:
     if notice := st.session_state.pop(_NOTICE, None):
         st.toast(safe_label(notice), icon=":material/upload:")
-    st.session_state.pop(_SWITCHED, None)
+    state.forget_page_change()
     with sidebar.history_section():
         _history(page, conversation)
 
@@ -37,8 +34,7 @@ def _history(page: str, conversation: Conversation) -> None:
     """The history, as a fragment: searching, opening the menu and renaming rerun the history alone, not the page
     and its conversation. A click that puts another conversation on the page (open, new, delete, import) reruns the
     whole app, from here, since a callback cannot."""
-    if st.session_state.pop(_SWITCHED, False):
-        st.rerun()
+    state.rerun_if_page_changed()
     who = owner()
     if who is None:
         st.subheader("History")
@@ -89,17 +85,13 @@ def _entry_help(item: ConversationSummary) -> str:
     return f"{item.message_count} messages · {item.updated_at:%Y-%m-%d %H:%M} UTC"
 
 
-def _switched() -> None:
-    st.session_state[_SWITCHED] = True
-
-
 def _start_new(page: str, conversation: Conversation) -> None:
     persistence.start_new(page, conversation)
-    _switched()
+    state.page_changed()
 
 
 def _open(page: str, conversation: Conversation, conversation_id: str) -> None:
-    _switched()
+    state.page_changed()
     try:
         persistence.load(page, conversation, conversation_id)
     except ConversationNotFound:
@@ -175,7 +167,7 @@ def _delete(page: str, conversation: Conversation, who: str, conversation_id: st
         st.toast(safe_label(f"Could not delete: {exc}"), icon=":material/error:")
         return
     persistence.start_new(page, conversation)
-    _switched()
+    state.page_changed()
     st.toast("Deleted.", icon=":material/delete:")
 
 

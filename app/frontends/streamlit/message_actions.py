@@ -50,7 +50,7 @@ def regenerate(page: str, conversation: Conversation, head: int) -> None:
         return
     conversation.new_version(head)
     state.request_turn(page)
-    _changed()
+    state.page_changed()
 
 
 def _copy(text: str) -> None:
@@ -77,20 +77,7 @@ def _versions(page: str, conversation: Conversation, index: int) -> None:
 
 def _switch(conversation: Conversation, index: int, number: int) -> None:
     conversation.switch_version(index, number)  # saved by the next run (app/main.py), like every change
-    _changed()
-
-
-_CHANGED = "_message_actions_changed"
-
-
-def _changed() -> None:
-    """A callback changed the conversation: the page must be drawn again, not only the actions' fragment."""
-    st.session_state[_CHANGED] = True
-
-
-def changed_the_conversation() -> bool:
-    """Whether an action changed the conversation since the last check (and clear that)."""
-    return bool(st.session_state.pop(_CHANGED, False))
+    state.page_changed()
 
 
 def _send_edit(page: str, conversation: Conversation, index: int, key: str) -> None:
@@ -102,5 +89,5 @@ def _send_edit(page: str, conversation: Conversation, index: int, key: str) -> N
     conversation.new_version(index)
     conversation.add(Message(role="user", content=text, attachments=list(edited.attachments)))
     state.request_turn(page)
-    _changed()
+    state.page_changed()
 

@@ -11,7 +11,7 @@ from streamlit.delta_generator import DeltaGenerator
 
 from app.agent.loop import ToolSettings, pending_calls
 from app.domain.conversation import Conversation, Message, ToolCall
-from app.frontends.streamlit import approvals, history_window, message_actions, persistence, shown_images
+from app.frontends.streamlit import approvals, history_window, message_actions, persistence, shown_images, state
 from app.frontends.streamlit.line_breaks import keep_line_breaks
 from app.frontends.streamlit.safe_markdown import safe_label, safe_markdown
 from app.frontends.streamlit.tool_cards import arguments, card_label, card_state, result_body, tool_images
@@ -29,7 +29,7 @@ def render_history(page: str, conversation: Conversation, transform: Callable[[s
     (app/frontends/streamlit/approvals.py) over the page's `tools`. A long conversation is drawn from its most
     recent messages, earlier ones on demand, and most messages offer one light button for their actions
     (app/frontends/streamlit/history_window.py)."""
-    message_actions.changed_the_conversation()  # this run draws the change already
+    state.forget_page_change()  # this run draws the change already
     results = {m.tool_call_id: m for m in conversation.messages if m.role == "tool"}
     waiting = pending_calls(conversation)
     messages = conversation.messages
@@ -68,8 +68,7 @@ def _actions(page: str, conversation_id: str | None, conversation: Conversation,
     opening the row, the Copy and Edit boxes and typing an edit redraw this row alone; an action that changes the
     conversation (Send an edit, Regenerate, another version) reruns the whole page from here
     (app/frontends/streamlit/message_actions.py), since its callback cannot."""
-    if message_actions.changed_the_conversation():
-        st.rerun()
+    state.rerun_if_page_changed()
     if not history_window.actions_open(page, conversation_id, conversation, head, last_bubble):
         history_window.more_button(page, conversation_id, head)
     elif conversation.messages[head].role == "user":

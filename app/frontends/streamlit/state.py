@@ -16,6 +16,7 @@ from app.tools.tool_registry import RunningCall
 
 _PENDING_TURN = "_pending_turn"
 _TURN_LOCK = "_turn_lock"
+_PAGE_CHANGED = "_page_changed"
 # How long a new run waits for the turn it interrupted to record what it wrote (it notices at its next draw,
 # within a fraction of a second; a tool call that ignores its cancellation is abandoned after its own limit).
 TURN_END_WAIT_S = 15.0
@@ -53,6 +54,24 @@ class TurnRequest:
     # `running`: its calls that run already (they asked the user a question, now answered).
     decisions: Mapping[str, Decision] | None = None
     running: Mapping[str, RunningCall] | None = None
+
+
+def page_changed() -> None:
+    """From a callback of a widget inside a fragment: what it did changes the page (another conversation, a new
+    version), so the whole app must run again, not only the fragment. A callback cannot rerun the app itself; the
+    fragment does, in `rerun_if_page_changed`."""
+    st.session_state[_PAGE_CHANGED] = True
+
+
+def rerun_if_page_changed() -> None:
+    """At the top of a fragment: rerun the app if a callback said the page changed. A full run that is drawing
+    the page anyway clears the mark first (`forget_page_change`)."""
+    if st.session_state.pop(_PAGE_CHANGED, False):
+        st.rerun()
+
+
+def forget_page_change() -> None:
+    st.session_state.pop(_PAGE_CHANGED, None)
 
 
 def request_turn(page: str, text_only: bool = False, tool: str | None = None) -> None:
