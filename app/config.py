@@ -499,9 +499,14 @@ class ServerSettings:
         )
 
 
+def downloads_allowed() -> bool:
+    """Whether the user opted in to fetching models from a hub: DEMO_ALLOW_DOWNLOADS=1 (or true, yes, on)."""
+    return _flag("DEMO_ALLOW_DOWNLOADS")
+
+
 def offline_by_default() -> None:
     """Never reach a model hub unless the user explicitly opted in with DEMO_ALLOW_DOWNLOADS=1 (or true, yes, on)."""
-    if not _flag("DEMO_ALLOW_DOWNLOADS"):
+    if not downloads_allowed():
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -46,16 +46,14 @@ class FoundModel:
         return self.files.name
 
 
-def default_sources(environ: dict[str, str] | None = None, home: Path | None = None) -> list[Source]:
+def default_sources(environ: Mapping[str, str] | None = None, home: Path | None = None) -> list[Source]:
     """Where models are looked for on this machine: those of the user's tools that exist, then DEMO_MODEL_DIRS
     (folders separated by the OS's path separator)."""
     env = os.environ if environ is None else environ
     home = home or Path.home()
-    hf_home = Path(env["HF_HOME"]).expanduser() if env.get("HF_HOME") else home / ".cache" / "huggingface"
-    hf_cache = Path(env["HF_HUB_CACHE"]).expanduser() if env.get("HF_HUB_CACHE") else hf_home / "hub"
     ollama = Path(env["OLLAMA_MODELS"]).expanduser() if env.get("OLLAMA_MODELS") else home / ".ollama" / "models"
     candidates = [
-        Source("Hugging Face cache", hf_cache, "hf-cache"),
+        Source("Hugging Face cache", hf_cache_dir(env, home), "hf-cache"),
         Source("~/models", home / "models", "folder"),
         Source("LM Studio", home / ".lmstudio" / "models", "folder"),
         Source("LM Studio", home / ".cache" / "lm-studio" / "models", "folder"),
@@ -66,6 +64,17 @@ def default_sources(environ: dict[str, str] | None = None, home: Path | None = N
             path = Path(added.strip()).expanduser()
             candidates.append(Source(str(path), path, "folder"))
     return [source for source in candidates if source.path.is_dir()]
+
+
+def hf_cache_dir(environ: Mapping[str, str] | None = None, home: Path | None = None) -> Path:
+    """The Hugging Face cache, where huggingface_hub keeps (and the library fetches) models: HF_HUB_CACHE, else
+    HF_HOME/hub, else ~/.cache/huggingface/hub."""
+    env = os.environ if environ is None else environ
+    if env.get("HF_HUB_CACHE"):
+        return Path(env["HF_HUB_CACHE"]).expanduser()
+    if env.get("HF_HOME"):
+        return Path(env["HF_HOME"]).expanduser() / "hub"
+    return (home or Path.home()) / ".cache" / "huggingface" / "hub"
 
 
 def discover(sources: list[Source] | None = None) -> list[FoundModel]:

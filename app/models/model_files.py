@@ -19,6 +19,8 @@ from typing import Any, Literal
 from app.clients.choice import gpu_present
 
 Format = Literal["gguf", "safetensors"]
+Kind = Literal["chat", "speech", "embedding"]  # what a model is for: the picker's chat, voice input, retrieval
+_EMBEDDING_GGUF = {"bert", "nomic-bert", "nomic-bert-moe", "jina-bert-v2", "jina-bert-v3", "t5encoder", "modern-bert"}
 _MAX_TEXT = 1_000_000  # a config, tokenizer config or README larger than this is not read (a hostile folder)
 _LICENCE = re.compile(r"^licen[cs]e:\s*['\"]?([\w.+-]+)", re.MULTILINE)
 
@@ -53,6 +55,7 @@ class ModelFiles:
     architecture: str | None = None
     shape: Shape | None = None
     problems: tuple[str, ...] = field(default=())  # what could not be read, for the library to show
+    kind: Kind = "chat"
 
     @property
     def engine(self) -> str:
@@ -92,7 +95,8 @@ def read_gguf(path: Path) -> ModelFiles:
         path=path, name=_text(fields.get("general.name")) or path.stem, format="gguf", size_bytes=size,
         quantization=_file_type(fields.get("general.file_type")), parameters=parameters or None,
         context_length=_int(fields.get(key("context_length"))), licence=_text(fields.get("general.license")),
-        architecture=arch, shape=shape, vision=projector, tools=tools, thinking=thinking)
+        architecture=arch, shape=shape, vision=projector, tools=tools, thinking=thinking,
+        kind="embedding" if arch in _EMBEDDING_GGUF else "chat")
 
 
 def _field_value(value: Any) -> Any:
@@ -151,7 +155,20 @@ def read_folder(folder: Path, name: str | None = None) -> ModelFiles:
         parameters=parameters, context_length=_int(merged.get("max_position_embeddings")),
         licence=_card_licence(folder / "README.md"),
         architecture=str(architectures[0]) if isinstance(architectures, list) and architectures else None,
-        shape=shape, vision="vision_config" in config, problems=tuple(problems), tools=tools, thinking=thinking)
+        shape=shape, vision="vision_config" in config, problems=tuple(problems), tools=tools, thinking=thinking,
+        kind=_folder_kind(folder, architectures, template))
+
+
+def _folder_kind(folder: Path, architectures: Any, template: str) -> Kind:
+    """Speech recognition (Whisper and other speech-to-text heads), a sentence-embedding model (a
+    sentence-transformers folder, or an encoder with no chat template), else a chat model."""
+    names = [str(name) for name in architectures] if isinstance(architectures, list) else []
+    if any("Whisper" in name or name.endswith(("ForSpeechSeq2Seq", "ForCTC")) for name in names):
+        return "speech"
+    if (folder / "modules.json").is_file() or (
+            not template and names and all(name.endswith(("Model", "ForMaskedLM")) for name in names)):
+        return "embedding"
+    return "chat"
 
 
 def is_model_folder(folder: Path) -> bool:

@@ -8,61 +8,11 @@ import json
 import os
 from pathlib import Path
 
-import numpy as np
-
 from app.clients.embedded_model import gguf_path
 from app.models.discovery import Source, default_sources, describe_path, discover
 from app.models.memory_at_context import fit_at_context
 from app.models.model_files import Shape, read_folder, read_gguf
-
-TOOLS_TEMPLATE = "{% if tools %}{{ tools | tojson }}{% endif %}{% for m in messages %}{{ m.content }}{% endfor %}"
-THINKING_TEMPLATE = "{% if enable_thinking %}<think>{% endif %}{% for m in messages %}{{ m.content }}{% endfor %}"
-
-
-def write_gguf(path: Path, name: str = "Tiny Llama", template: str = TOOLS_TEMPLATE, licence: str | None = "mit",
-               context: int = 2048) -> Path:
-    """A real GGUF file: llama metadata and two small tensors (1,024 + 4,096 values)."""
-    import gguf
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_name(name)
-    writer.add_context_length(context)
-    writer.add_block_count(2)
-    writer.add_embedding_length(64)
-    writer.add_head_count(4)
-    writer.add_head_count_kv(2)
-    writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
-    if licence:
-        writer.add_license(licence)
-    writer.add_chat_template(template)
-    writer.add_tensor("token_embd.weight", np.zeros((16, 64), dtype=np.float32))
-    writer.add_tensor("output.weight", np.zeros((64, 64), dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
-
-
-def write_folder(folder: Path, template: str = THINKING_TEMPLATE, licence: str = "apache-2.0",
-                 vision: bool = False) -> Path:
-    """A Hugging Face model folder: config.json, a chat template, a model card and real safetensors weights."""
-    from safetensors.numpy import save_file
-
-    folder.mkdir(parents=True, exist_ok=True)
-    config = {"architectures": ["Qwen2ForCausalLM"], "hidden_size": 64, "num_attention_heads": 4,
-              "num_key_value_heads": 2, "num_hidden_layers": 3, "max_position_embeddings": 4096,
-              "torch_dtype": "bfloat16"}
-    if vision:
-        config["vision_config"] = {"hidden_size": 32}
-    (folder / "config.json").write_text(json.dumps(config))
-    (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": template}))
-    (folder / "README.md").write_text(f"---\nlicense: {licence}\ntags: [chat]\n---\n# A model\n")
-    save_file({"embed.weight": np.zeros((10, 64), dtype=np.float16),
-               "lm_head.weight": np.zeros((10, 64), dtype=np.float16)}, str(folder / "model.safetensors"))
-    return folder
-
+from tests.model_fixtures import THINKING_TEMPLATE, write_folder, write_gguf
 
 # ----- what one model is ------------------------------------------------------------------------------------------
 
@@ -270,3 +220,18 @@ def test_the_command_lists_the_machines_models_with_their_fit(tmp_path):
     one = subprocess.run([sys.executable, "-m", "app.models", str(tmp_path / "nothing")], capture_output=True,
                          text=True, timeout=60, cwd=Path(__file__).resolve().parents[2])
     assert one.returncode == 2 and "not a .gguf file or a model folder" in one.stderr
+
+
+def test_speech_and_embedding_models_are_told_from_chat_models(tmp_path):
+    """Whisper is for voice input and a sentence-transformers folder (or a template-less encoder) for document
+    search: the library lists them with their kind, and the chat picker leaves them out."""
+    whisper = read_folder(write_folder(tmp_path / "whisper", template="",
+                                       architecture="WhisperForConditionalGeneration"))
+    minilm = write_folder(tmp_path / "minilm", template="", architecture="BertModel")
+    encoder = read_folder(minilm)
+    (minilm / "modules.json").write_text("[]")
+    sentence = read_folder(minilm)
+    chat = read_folder(write_folder(tmp_path / "chat"))
+    assert (whisper.kind, encoder.kind, sentence.kind, chat.kind) == ("speech", "embedding", "embedding", "chat")
+    # An encoder that does have a chat template is not taken for an embedding model.
+    assert read_folder(write_folder(tmp_path / "odd", architecture="BertModel")).kind == "chat"

@@ -1,0 +1,370 @@
+"""The Hugging Face Hub, reached only when the user allows the network (DEMO_ALLOW_DOWNLOADS=1): search by name, a
+repository's files (each GGUF quantization, or the whole safetensors folder), and what of them is already in the
+local cache. Everything goes through `huggingface_hub` against HF_ENDPOINT (https://huggingface.co unless set).
+
+What to fetch is a `Plan`: a repository at one commit and the files to take from it. Downloading a plan, with
+progress, cancel and checksums, is app/models/downloads.py; files land in the Hugging Face cache, where the library
+(app/models/discovery.py) lists them with the other models on the machine.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from app.clients.memory_fit import describe_bytes
+from app.config import downloads_allowed
+from app.models.discovery import hf_cache_dir
+
+DEFAULT_ENDPOINT = "https://huggingface.co"
+# Weights in formats the app does not load (pickles, TensorFlow, Flax, ONNX...): a folder download leaves them out.
+_OTHER_WEIGHTS = (".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".onnx", ".onnx_data", ".ot", ".tflite",
+                  ".mlmodel", ".pb", ".gguf", ".nemo", ".keras")
+_OTHER_FORMAT_FOLDERS = ("onnx/", "openvino/", "coreml/", "tf/", "flax/", "original/", "gguf/", "mlx/")
+_SPLIT_GGUF = re.compile(r"^(?P<stem>.+)-(?P<part>\d{5})-of-(?P<parts>\d{5})\.gguf$")
+# Licences a download needs no extra acknowledgement for: open-source ones that allow any use.
+_PERMISSIVE = {"apache-2.0", "mit", "bsd", "bsd-2-clause", "bsd-3-clause", "cc0-1.0", "cc-by-4.0", "unlicense",
+               "openrail", "artistic-2.0", "isc", "zlib", "mpl-2.0", "bsl-1.0"}
+# Space kept free on the cache's disk beyond what a download needs (logs, the OS, the next write).
+SPACE_MARGIN = 256 * 1024 * 1024
+
+
+class HubUnavailable(Exception):
+    """Fetching is off, the Hub could not be reached, or it refused: the message says which and what to do."""
+
+
+class NotEnoughSpace(Exception):
+    """A download would not fit on the cache's disk: refused before any byte is fetched."""
+
+
+@dataclass(frozen=True)
+class HubModel:
+    """A search result: enough to choose which repository to open."""
+
+    repo_id: str
+    downloads: int
+    likes: int
+    gated: str | None  # "auto" or "manual" when its owner asks users to accept terms first
+    licence: str | None
+    task: str | None  # the Hub's pipeline tag: text-generation, image-text-to-text, automatic-speech-recognition...
+    has_gguf: bool
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    """One file of a repository, with what its download is checked against."""
+
+    name: str
+    size: int
+    sha256: str | None  # large (LFS) files: the SHA-256 of their bytes
+    blob_id: str | None  # the others: git's blob id, the SHA-1 of "blob <size>\0" and their bytes
+
+    @property
+    def etag(self) -> str | None:
+        """The name huggingface_hub gives its blob in the cache."""
+        return self.sha256 or self.blob_id
+
+
+@dataclass(frozen=True)
+class Repository:
+    """A model repository at one commit."""
+
+    repo_id: str
+    revision: str
+    gated: str | None
+    licence: str | None
+    task: str | None
+    files: tuple[RemoteFile, ...]
+
+    @property
+    def gguf_choices(self) -> list[RemoteFile]:
+        """The GGUF files a user picks among: one per quantization (the first part of a split one), no projectors."""
+        chosen = []
+        for file in self.files:
+            base = file.name.rsplit("/", 1)[-1]
+            if not base.endswith(".gguf") or base.startswith("mmproj"):
+                continue
+            split = _SPLIT_GGUF.match(base)
+            if split and split.group("part") != "00001":
+                continue
+            chosen.append(file)
+        return chosen
+
+    @property
+    def has_safetensors_folder(self) -> bool:
+        names = {file.name for file in self.files}
+        return "config.json" in names and any(name.endswith(".safetensors") and "/" not in name for name in names)
+
+    @property
+    def needs_acknowledgement(self) -> bool:
+        """Gated, or under a licence with conditions of its own (not one that allows any use)."""
+        return bool(self.gated) or (self.licence or "").casefold() not in _PERMISSIVE
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one download fetches: a repository's files at one commit. `main` is what the model picker loads: the
+    GGUF file, or "" for the whole folder."""
+
+    repo_id: str
+    revision: str
+    main: str
+    files: tuple[RemoteFile, ...]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(file.size for file in self.files)
+
+    @property
+    def key(self) -> str:
+        """One download per plan at a time: the same repository, commit and choice."""
+        return f"{self.repo_id}@{self.revision}:{self.main or '*'}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.repo_id} · {self.main}" if self.main else f"{self.repo_id} (safetensors folder)"
+
+
+def endpoint() -> str:
+    """The Hub contacted: HF_ENDPOINT, else huggingface.co."""
+    return (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+
+
+def require_network() -> None:
+    """Refuses, with what to do, unless the user allowed fetching."""
+    if not downloads_allowed():
+        raise HubUnavailable(
+            "Fetching models is off: the app contacts no model hub unless it is started with DEMO_ALLOW_DOWNLOADS=1. "
+            "The library lists the models already on this machine.")
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        raise HubUnavailable("HF_HUB_OFFLINE is set, so huggingface_hub refuses to contact the Hub: unset it (and "
+                             "TRANSFORMERS_OFFLINE) to fetch models.")
+
+
+def search(query: str, limit: int = 20) -> list[HubModel]:
+    """Models whose name contains `query`, most downloaded first."""
+    require_network()
+    from huggingface_hub import HfApi
+
+    try:
+        found = list(HfApi(endpoint=endpoint()).list_models(search=query.strip(), sort="downloads", limit=limit))
+    except Exception as exc:
+        raise _unavailable(exc, query) from exc
+    return [HubModel(repo_id=model.id, downloads=int(model.downloads or 0), likes=int(model.likes or 0),
+                     gated=_gated(model.gated), licence=_licence(None, model.tags), task=model.pipeline_tag,
+                     has_gguf="gguf" in (model.tags or ()) or model.library_name == "gguf")
+            for model in found]
+
+
+def repository(repo_id: str, token: str | None = None) -> Repository:
+    """A repository's files with their sizes and checksums, at its current commit."""
+    require_network()
+    from huggingface_hub import HfApi
+
+    try:
+        info = HfApi(endpoint=endpoint(), token=token or None).model_info(repo_id, files_metadata=True)
+    except Exception as exc:
+        raise _unavailable(exc, repo_id) from exc
+    files = []
+    for sibling in info.siblings or []:
+        lfs = sibling.lfs
+        files.append(RemoteFile(name=sibling.rfilename, size=int(sibling.size or (lfs.size if lfs else 0) or 0),
+                                sha256=lfs.sha256 if lfs else None, blob_id=None if lfs else sibling.blob_id))
+    card = info.card_data.to_dict() if info.card_data is not None else {}
+    if not info.sha:
+        raise HubUnavailable(f"{endpoint()} did not say which commit {repo_id} is at; try again.")
+    return Repository(repo_id=info.id, revision=info.sha, gated=_gated(info.gated), licence=_licence(card, info.tags),
+                      task=info.pipeline_tag, files=tuple(files))
+
+
+def gguf_plan(repo: Repository, filename: str) -> Plan:
+    """One GGUF file (all its parts when split), and the repository's vision projector when it has one."""
+    chosen = next((file for file in repo.gguf_choices if file.name == filename), None)
+    if chosen is None:
+        raise HubUnavailable(f"{repo.repo_id} has no GGUF file {filename!r}.")
+    split = _SPLIT_GGUF.match(chosen.name.rsplit("/", 1)[-1])
+    parts = [chosen]
+    if split:
+        prefix = chosen.name[: len(chosen.name) - len(chosen.name.rsplit("/", 1)[-1])] + split.group("stem") + "-"
+        parts = [file for file in repo.files if file.name.startswith(prefix) and _SPLIT_GGUF.match(
+            file.name.rsplit("/", 1)[-1]) and file.name.endswith(f"-of-{split.group('parts')}.gguf")]
+    projectors = [file for file in repo.files if file.name.rsplit("/", 1)[-1].startswith("mmproj")
+                  and file.name.endswith(".gguf")]
+    # The smallest projector: a picture's encoder is a small share of the model, and any precision of it works.
+    extra = [min(projectors, key=lambda file: file.size)] if projectors else []
+    return Plan(repo.repo_id, repo.revision, chosen.name, tuple(parts + extra))
+
+
+def folder_plan(repo: Repository) -> Plan:
+    """The whole model folder as transformers and vLLM load it: safetensors weights, configs, tokenizer, model card
+    and licence, with no weights in other formats."""
+    if not repo.has_safetensors_folder:
+        raise HubUnavailable(f"{repo.repo_id} has no safetensors model folder (config.json and *.safetensors at its "
+                             "top): pick one of its GGUF files, or another repository.")
+    files = [file for file in repo.files
+             if not file.name.endswith(_OTHER_WEIGHTS) and not file.name.startswith(_OTHER_FORMAT_FOLDERS)
+             and not file.name.startswith(".")]
+    return Plan(repo.repo_id, repo.revision, "", tuple(files))
+
+
+# ----- the local cache ------------------------------------------------------------------------------------------
+
+def repo_folder(repo_id: str, cache: Path | None = None) -> Path:
+    """Where huggingface_hub keeps a model repository in its cache."""
+    return (cache or hf_cache_dir()) / ("models--" + repo_id.replace("/", "--"))
+
+
+def snapshot_path(plan: Plan, cache: Path | None = None) -> Path:
+    """What the model picker loads once `plan` is fetched: the GGUF file, or the snapshot folder."""
+    snapshot = repo_folder(plan.repo_id, cache) / "snapshots" / plan.revision
+    return snapshot / plan.main if plan.main else snapshot
+
+
+def present_bytes(plan: Plan, cache: Path | None = None) -> int:
+    """How much of `plan` is already on disk: whole blobs, and the partial ones a resumed download continues."""
+    blobs = repo_folder(plan.repo_id, cache) / "blobs"
+    total = 0
+    for file in plan.files:
+        if not file.etag:
+            continue
+        for candidate in (blobs / file.etag, blobs / f"{file.etag}.incomplete"):
+            try:
+                total += min(candidate.stat().st_size, file.size)
+                break
+            except OSError:
+                continue
+    return total
+
+
+def check_space(plan: Plan, cache: Path | None = None) -> None:
+    """Refuses a download the cache's disk cannot hold (with SPACE_MARGIN to spare), before it starts."""
+    cache = cache or hf_cache_dir()
+    needed = plan.total_bytes - present_bytes(plan, cache)
+    free = shutil.disk_usage(_existing(cache)).free
+    if needed + SPACE_MARGIN > free:
+        raise NotEnoughSpace(
+            f"{plan.label} needs {describe_bytes(needed)} more on the disk of {cache}, which has "
+            f"{describe_bytes(free)} free (and {describe_bytes(SPACE_MARGIN)} is kept spare). Delete models you no "
+            "longer use, or point HF_HUB_CACHE at a larger disk.")
+
+
+def is_in_cache(path: Path, cache: Path | None = None) -> bool:
+    """Whether `path` is a snapshot file or folder of the Hugging Face cache (what the library may delete)."""
+    cache = (cache or hf_cache_dir()).resolve()
+    try:
+        relative = path.absolute().relative_to(cache)
+    except ValueError:
+        return False
+    parts = relative.parts
+    return len(parts) >= 3 and parts[0].startswith("models--") and parts[1] == "snapshots"
+
+
+def delete_from_cache(path: Path, cache: Path | None = None) -> int:
+    """Deletes a fetched model from the Hugging Face cache: a snapshot folder with its blobs, or one file (with the
+    other parts of a split GGUF and its projector) and its blob when no other snapshot uses it. Returns the bytes
+    freed. Anything outside the cache is refused: LM Studio's and Ollama's models are deleted with those tools."""
+    cache = (cache or hf_cache_dir()).resolve()
+    if not is_in_cache(path, cache):
+        raise ValueError(f"{path} is not in the Hugging Face cache ({cache}): delete it with the tool that put it "
+                         "there.")
+    relative = path.absolute().relative_to(cache)
+    repo = cache / relative.parts[0]
+    snapshot = repo / "snapshots" / relative.parts[2]
+    if path.absolute() == snapshot or path.is_dir():
+        doomed = [p for p in snapshot.rglob("*") if p.is_symlink() or p.is_file()]
+    else:
+        doomed = [path.absolute(), *_companions(path.absolute())]
+    freed = 0
+    blobs = {_blob_of(link) for link in doomed}
+    for link in doomed:
+        link.unlink(missing_ok=True)
+    still_used = {_blob_of(link) for link in (repo / "snapshots").rglob("*") if link.is_symlink()}
+    for blob in blobs - still_used - {None}:
+        assert blob is not None
+        try:
+            freed += blob.stat().st_size
+            blob.unlink()
+        except OSError:
+            continue
+    _prune(snapshot, repo)
+    return freed
+
+
+def _companions(file: Path) -> list[Path]:
+    """The other parts of a split GGUF, and the projector when no other model of the snapshot stays."""
+    split = _SPLIT_GGUF.match(file.name)
+    siblings = [p for p in file.parent.iterdir() if p != file]
+    found = [p for p in siblings
+             if split and p.name.startswith(split.group("stem") + "-") and _SPLIT_GGUF.match(p.name)]
+    others = [p for p in siblings if p.suffix == ".gguf" and not p.name.startswith("mmproj") and p not in found]
+    if not others:
+        found += [p for p in siblings if p.name.startswith("mmproj") and p.suffix == ".gguf"]
+    return found
+
+
+def _blob_of(link: Path) -> Path | None:
+    if not link.is_symlink():
+        return None
+    return (link.parent / os.readlink(link)).resolve()
+
+
+def _prune(snapshot: Path, repo: Path) -> None:
+    """Removes the folders a deletion emptied, up to the repository's own when nothing of it is left."""
+    for folder in sorted((p for p in snapshot.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+        _rmdir(folder)
+    _rmdir(snapshot)
+    blobs = repo / "blobs"
+    if not any((repo / "snapshots").glob("*")) and not any(blobs.glob("*")):
+        shutil.rmtree(repo, ignore_errors=True)
+
+
+def _rmdir(folder: Path) -> None:
+    try:
+        folder.rmdir()
+    except OSError:
+        pass  # not empty: something else still lives there
+
+
+def _existing(path: Path) -> Path:
+    while not path.exists() and path.parent != path:
+        path = path.parent
+    return path
+
+
+# ----- what the Hub's answers mean ------------------------------------------------------------------------------
+
+def _gated(value: Any) -> str | None:
+    return str(value) if value not in (None, False, "false", "False") else None
+
+
+def _licence(card: dict[str, Any] | None, tags: Iterable[str] | None) -> str | None:
+    licence = (card or {}).get("license")
+    if isinstance(licence, str) and licence:
+        name = (card or {}).get("license_name")
+        return f"{licence} ({name})" if licence == "other" and isinstance(name, str) else licence
+    for tag in tags or ():
+        if tag.startswith("license:"):
+            return tag.removeprefix("license:")
+    return None
+
+
+def _unavailable(exc: Exception, what: str) -> HubUnavailable:
+    """huggingface_hub's errors, said for a user."""
+    from huggingface_hub.errors import GatedRepoError, OfflineModeIsEnabled, RepositoryNotFoundError
+
+    if isinstance(exc, GatedRepoError):
+        return HubUnavailable(f"{what} is gated: accept its terms at {endpoint()}/{what} with your account, then "
+                              "start the app with HF_TOKEN set to an access token of that account.")
+    if isinstance(exc, RepositoryNotFoundError):
+        return HubUnavailable(f"{endpoint()} has no model {what!r} (or it is private: set HF_TOKEN to see it).")
+    if isinstance(exc, OfflineModeIsEnabled):
+        return HubUnavailable("huggingface_hub is in offline mode (HF_HUB_OFFLINE): unset it to fetch models.")
+    return HubUnavailable(f"Could not reach {endpoint()} for {what!r}: {exc}")
+
