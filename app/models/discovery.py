@@ -46,13 +46,16 @@ class FoundModel:
         return self.files.name
 
 
-def default_sources(environ: Mapping[str, str] | None = None, home: Path | None = None) -> list[Source]:
-    """Where models are looked for on this machine: those of the user's tools that exist, then DEMO_MODEL_DIRS
-    (folders separated by the OS's path separator)."""
+def default_sources(environ: Mapping[str, str] | None = None, home: Path | None = None,
+                    embedded: bool = True) -> list[Source]:
+    """Where models are looked for on this machine: the embedded SmolLM2 (its GGUF and the folder `make setup`
+    converts it to), those of the user's tools that exist, then DEMO_MODEL_DIRS (folders separated by the OS's
+    path separator)."""
     env = os.environ if environ is None else environ
     home = home or Path.home()
     ollama = Path(env["OLLAMA_MODELS"]).expanduser() if env.get("OLLAMA_MODELS") else home / ".ollama" / "models"
-    candidates = [
+    candidates = _embedded() if embedded else []
+    candidates += [
         Source("Hugging Face cache", hf_cache_dir(env, home), "hf-cache"),
         Source("~/models", home / "models", "folder"),
         Source("LM Studio", home / ".lmstudio" / "models", "folder"),
@@ -64,6 +67,17 @@ def default_sources(environ: Mapping[str, str] | None = None, home: Path | None 
             path = Path(added.strip()).expanduser()
             candidates.append(Source(str(path), path, "folder"))
     return [source for source in candidates if source.path.is_dir()]
+
+
+def _embedded() -> list[Source]:
+    from app.clients.embedded_model import EmbeddedModelMissing, embedded_model_dir, gguf_path
+
+    sources = [Source("Embedded", embedded_model_dir(), "folder")]
+    try:
+        sources.append(Source("Embedded", gguf_path().parent, "folder"))
+    except EmbeddedModelMissing:
+        pass
+    return sources
 
 
 def hf_cache_dir(environ: Mapping[str, str] | None = None, home: Path | None = None) -> Path:

@@ -11,7 +11,7 @@ import pytest
 
 from app.frontends.streamlit.model_library import MODEL_PATH, PICKED
 from tests.helpers import open_app
-from tests.unit.test_model_discovery import write_gguf
+from tests.model_fixtures import write_gguf
 
 
 @pytest.fixture

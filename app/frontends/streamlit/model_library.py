@@ -38,9 +38,18 @@ def _described(path: str, size: int, modified: float) -> FoundModel | None:
     return describe_path(Path(path))
 
 
+def on_this_machine() -> list[FoundModel]:
+    """The models on disk, read at most once a minute (and again after `rescan`)."""
+    return _found(tuple(os.environ.get(name, "") for name in _ENVIRONMENT))
+
+
+def rescan() -> None:
+    _found.clear()
+
+
 def render(backend: str) -> None:
     """The list, above the picker's Model path (for the local backends)."""
-    found = _found(tuple(os.environ.get(name, "") for name in _ENVIRONMENT))
+    found = [model for model in on_this_machine() if model.files.kind == "chat"]
     paths = [str(model.files.path) for model in found]
     by_path = {str(model.files.path): model for model in found}
     if st.session_state.get(PICKED) not in (None, st.session_state.get(MODEL_PATH)):
@@ -53,16 +62,21 @@ def render(backend: str) -> None:
         help="Models in the Hugging Face cache, ~/models, LM Studio's folder, Ollama's store and DEMO_MODEL_DIRS. "
              "Picking one sets its path and the engine for its format.")
     row.button("", icon=":material/refresh:", key="model_library_rescan", help="Look for models again",
-               on_click=_found.clear)
+               on_click=rescan)
 
 
 def _use(by_path: dict[str, FoundModel]) -> None:
     picked = st.session_state.get(PICKED)
     model = by_path.get(picked) if isinstance(picked, str) else None
-    if model is None:
-        return
-    st.session_state[MODEL_PATH] = str(model.files.path)
-    st.session_state["backend"] = model.files.engine
+    if model is not None:
+        use(model.files)
+
+
+def use(files: ModelFiles) -> None:
+    """A callback: the picker loads `files` from now on, on the engine for its format. Every page of the session
+    follows, as with a choice made in the picker itself."""
+    st.session_state[MODEL_PATH] = str(files.path)
+    st.session_state["backend"] = files.engine
 
 
 def _choice_label(model: FoundModel) -> str:

@@ -31,6 +31,7 @@ def run() -> None:
                              icon=":material/handyman:"),
         "compare": st.Page(views_dir / "compare.py", title="Compare",
                            icon=":material/view_column:"),
+        "models": st.Page(views_dir / "models.py", title="Models", icon=":material/neurology:"),
     }
     # Streamlit forgets a widget's value when a run does not draw it; keep page settings across page switches.
     for key in [k for k in st.session_state if isinstance(k, str) and k.startswith(KEPT_PREFIX)]:
@@ -43,6 +44,6 @@ def run() -> None:
     persistence.save(page_name, conversation)  # what the last run changed (a stopped answer, Regenerate, Resend)
     mcp_sign_in.finish_from_url()  # back from an MCP server's sign-in page, with ?code=...&state=...
     sidebar.render()
-    if page_name != "compare":  # its panes are not one conversation; "Continue in Chat" saves one
+    if page_name not in ("compare", "models"):  # Compare's panes are not one conversation; Models has none
         history.render(page_name, conversation)
     current.run()
