@@ -26,6 +26,8 @@ DEFAULT_ENDPOINT = "https://huggingface.co"
 _OTHER_WEIGHTS = (".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".onnx", ".onnx_data", ".ot", ".tflite",
                   ".mlmodel", ".pb", ".gguf", ".nemo", ".keras")
 _OTHER_FORMAT_FOLDERS = ("onnx/", "openvino/", "coreml/", "tf/", "flax/", "original/", "gguf/", "mlx/")
+_COMMIT = re.compile(r"[0-9a-f]{40}")  # a git commit or blob id
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 _SPLIT_GGUF = re.compile(r"^(?P<stem>.+)-(?P<part>\d{5})-of-(?P<parts>\d{5})\.gguf$")
 # Licences a download needs no extra acknowledgement for: open-source ones that allow any use.
 _PERMISSIVE = {"apache-2.0", "mit", "bsd", "bsd-2-clause", "bsd-3-clause", "cc0-1.0", "cc-by-4.0", "unlicense",
@@ -167,21 +169,41 @@ def repository(repo_id: str, token: str | None = None) -> Repository:
     """A repository's files with their sizes and checksums, at its current commit."""
     require_network()
     from huggingface_hub import HfApi
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
 
+    try:  # the id names a folder in the cache: "org/name" only, nothing that climbs out of it
+        validate_repo_id(repo_id)
+    except HFValidationError as exc:
+        raise HubUnavailable(f"{repo_id!r} is not a repository id (org/name): {exc}") from exc
     try:
         info = HfApi(endpoint=endpoint(), token=token or None).model_info(repo_id, files_metadata=True)
     except Exception as exc:
         raise _unavailable(exc, repo_id) from exc
-    files = []
-    for sibling in info.siblings or []:
-        lfs = sibling.lfs
-        files.append(RemoteFile(name=sibling.rfilename, size=int(sibling.size or (lfs.size if lfs else 0) or 0),
-                                sha256=lfs.sha256 if lfs else None, blob_id=None if lfs else sibling.blob_id))
+    files = [file for file in (_remote_file(sibling) for sibling in info.siblings or []) if file is not None]
     card = info.card_data.to_dict() if info.card_data is not None else {}
-    if not info.sha:
-        raise HubUnavailable(f"{endpoint()} did not say which commit {repo_id} is at; try again.")
-    return Repository(repo_id=info.id, revision=info.sha, gated=_gated(info.gated), licence=_licence(card, info.tags),
+    if not isinstance(info.sha, str) or not _COMMIT.fullmatch(info.sha):
+        raise HubUnavailable(f"{endpoint()} did not give {repo_id}'s commit as a git commit id; try again.")
+    return Repository(repo_id=repo_id, revision=info.sha, gated=_gated(info.gated), licence=_licence(card, info.tags),
                       task=info.pipeline_tag, files=tuple(files))
+
+
+def _remote_file(sibling: Any) -> RemoteFile | None:
+    """A listed file, or None for one that could not be fetched safely: a name that climbs out of the repository
+    (`..`, an absolute path, a backslash), or a checksum that is not one (its value names the file on disk)."""
+    name, size, lfs = sibling.rfilename, sibling.size, sibling.lfs
+    if not isinstance(name, str) or not name or name.startswith("/") or "\\" in name or "\0" in name \
+            or any(part in ("", ".", "..") for part in name.split("/")):
+        return None
+    sha256 = lfs.sha256 if lfs is not None else None
+    blob_id = None if lfs is not None else sibling.blob_id
+    if not (isinstance(sha256, str) and _SHA256.fullmatch(sha256)) \
+            and not (isinstance(blob_id, str) and _COMMIT.fullmatch(blob_id)):
+        return None
+    size = size if isinstance(size, int) else (lfs.size if lfs is not None else None)
+    if not isinstance(size, int) or size < 0:
+        return None
+    return RemoteFile(name=name, size=size, sha256=sha256 if lfs is not None else None, blob_id=blob_id)
 
 
 def gguf_plan(repo: Repository, filename: str) -> Plan:

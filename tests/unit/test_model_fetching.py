@@ -241,3 +241,25 @@ def test_deleting_one_gguf_keeps_the_other_files_of_its_repository(hub_double):
     hub.delete_from_cache(paths[0])  # the last model: the projector goes with it, and the repository's folder
     assert not hub.repo_folder(GGUF_REPO).exists()
     assert split_plan.total_bytes > 0
+
+
+def test_a_hostile_listing_cannot_name_a_file_outside_the_cache(hub_double):
+    """A repository's listing names the files on disk (their names, and their checksums as blob names): one that
+    climbs out of the repository, or whose checksum is not one, is not offered; a repository id that is not
+    org/name is refused before anything is asked."""
+    from huggingface_hub.hf_api import BlobLfsInfo, RepoSibling
+
+    good = "a" * 64
+    siblings = [RepoSibling("ok.gguf", 10, None, BlobLfsInfo(10, good, 120)),
+                RepoSibling("../../escape.gguf", 10, None, BlobLfsInfo(10, good, 120)),
+                RepoSibling("/etc/passwd", 10, "b" * 40, None),
+                RepoSibling("sub\\..\\x.gguf", 10, None, BlobLfsInfo(10, good, 120)),
+                RepoSibling("bad-sha.gguf", 10, None, BlobLfsInfo(10, "../../x", 120)),
+                RepoSibling("bad-blob.json", 10, "../../x", None),
+                RepoSibling("config.json", 10, "c" * 40, None)]
+    kept = [hub._remote_file(sibling) for sibling in siblings]
+    assert [file.name for file in kept if file] == ["ok.gguf", "config.json"]
+    for hostile in ("../x", "a/b/c", "..", "org/..", "org/name/../../x"):
+        with pytest.raises(hub.HubUnavailable, match="not a repository id"):
+            hub.repository(hostile)
+    assert hub_double.requests == []
