@@ -52,11 +52,12 @@ def default_sources(environ: Mapping[str, str] | None = None, home: Path | None 
     converts it to), those of the user's tools that exist, then DEMO_MODEL_DIRS (folders separated by the OS's
     path separator)."""
     env = os.environ if environ is None else environ
+    hf_cache = hf_cache_dir(environ, home)
     home = home or Path.home()
     ollama = Path(env["OLLAMA_MODELS"]).expanduser() if env.get("OLLAMA_MODELS") else home / ".ollama" / "models"
     candidates = _embedded() if embedded else []
     candidates += [
-        Source("Hugging Face cache", hf_cache_dir(env, home), "hf-cache"),
+        Source("Hugging Face cache", hf_cache, "hf-cache"),
         Source("~/models", home / "models", "folder"),
         Source("LM Studio", home / ".lmstudio" / "models", "folder"),
         Source("LM Studio", home / ".cache" / "lm-studio" / "models", "folder"),
@@ -81,8 +82,14 @@ def _embedded() -> list[Source]:
 
 
 def hf_cache_dir(environ: Mapping[str, str] | None = None, home: Path | None = None) -> Path:
-    """The Hugging Face cache, where huggingface_hub keeps (and the library fetches) models: HF_HUB_CACHE, else
+    """The Hugging Face cache, where huggingface_hub keeps (and the library fetches) models. For this process:
+    huggingface_hub's own setting (HF_HUB_CACHE, HUGGINGFACE_HUB_CACHE, HF_HOME, XDG_CACHE_HOME, as it reads them),
+    so both always mean the same folder. For another environment (`environ`, `home`): HF_HUB_CACHE, else
     HF_HOME/hub, else ~/.cache/huggingface/hub."""
+    if environ is None and home is None:
+        from huggingface_hub import constants
+
+        return Path(constants.HF_HUB_CACHE).expanduser()
     env = os.environ if environ is None else environ
     if env.get("HF_HUB_CACHE"):
         return Path(env["HF_HUB_CACHE"]).expanduser()

@@ -19,6 +19,8 @@ import hashlib
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -32,14 +34,13 @@ from app.models.hub import (
     check_space,
     endpoint,
     repo_folder,
+    require_network,
     snapshot_path,
 )
 
 State = Literal["downloading", "verifying", "done", "failed", "cancelled"]
 _CHUNK = 1024 * 1024
-# huggingface_hub reads a response in chunks of 10 MiB: progress, and a cancel, would wait for each, and a dropped
-# connection loses the chunk it was in. 256 KiB keeps all three small at any speed, at no cost to throughput.
-TRANSFER_CHUNK = 256 * 1024
+TRANSFER_CHUNK = 256 * 1024  # small enough for prompt progress and cancel at any speed, at no cost to throughput
 _SPEED_WINDOW_S = 5.0
 
 
@@ -112,6 +113,7 @@ class Download:
 
     def _run(self) -> None:
         try:
+            require_network()  # the opt-in is the core's rule, not only the page's
             check_space(self.plan, self.cache)
             for file in self.plan.files:
                 self._fetch(file)
@@ -127,38 +129,69 @@ class Download:
         """One file into the cache: its bytes into `blobs/<etag>.incomplete` (continued where an earlier download
         left it), checked, moved to `blobs/<etag>`; then hf_hub_download, finding the blob there, links it into the
         snapshot as it links its own."""
-        from filelock import FileLock
-        from huggingface_hub import constants, hf_hub_download, hf_hub_url
-        from huggingface_hub.file_download import http_get
-        from huggingface_hub.utils import build_hf_headers
+        from huggingface_hub import hf_hub_download
 
-        constants.DOWNLOAD_CHUNK_SIZE = min(constants.DOWNLOAD_CHUNK_SIZE, TRANSFER_CHUNK)
+        if self._cancel.is_set():
+            raise DownloadCancelled
         with self._lock:
             self._file_bytes = 0
-        blobs = repo_folder(self.plan.repo_id, self.cache) / "blobs"
-        if file.etag and not (blobs / file.etag).is_file():
+        cache = self.cache or hf_cache_dir()
+        blobs = repo_folder(self.plan.repo_id, cache) / "blobs"
+        if file.etag and not (blobs / file.etag).exists():
             blobs.mkdir(parents=True, exist_ok=True)
-            partial = blobs / f"{file.etag}.incomplete"
             # Another download (another plan with the same projector, another app process, huggingface_hub itself)
-            # may be writing this blob: huggingface_hub's own lock for it keeps them apart.
-            lock = (self.cache or hf_cache_dir()) / ".locks" / blobs.parent.name / f"{file.etag}.lock"
+            # may be writing this blob: huggingface_hub's own lock for it keeps them apart, and whoever comes second
+            # finds the blob done.
+            lock = cache / ".locks" / blobs.parent.name / f"{file.etag}.lock"
             lock.parent.mkdir(parents=True, exist_ok=True)
-            with FileLock(str(lock)), partial.open("ab") as out:
-                if out.tell() > file.size:  # longer than the file: not a part of it
-                    out.truncate(0)
-                url = hf_hub_url(self.plan.repo_id, file.name, revision=self.plan.revision, endpoint=endpoint())
-                http_get(url, out, resume_size=out.tell(), headers=build_hf_headers(), expected_size=file.size,
-                         displayed_filename=file.name, tqdm_class=_bar_for(self))
-            self._set("verifying", f"Checking {file.name} against its checksum")
-            self._verify(file, partial)
-            partial.replace(blobs / file.etag)
-            self._set("downloading", "")
-        path = hf_hub_download(self.plan.repo_id, file.name, revision=self.plan.revision, cache_dir=self.cache,
+            with self._holding(lock):
+                if not (blobs / file.etag).exists():
+                    self._transfer(file, blobs / f"{file.etag}.incomplete")
+                    self._set("verifying", f"Checking {file.name} against its checksum")
+                    self._verify(file, blobs / f"{file.etag}.incomplete")
+                    (blobs / f"{file.etag}.incomplete").replace(blobs / file.etag)
+                    self._set("downloading", "")
+        path = hf_hub_download(self.plan.repo_id, file.name, revision=self.plan.revision, cache_dir=cache,
                                endpoint=endpoint())
         with self._lock:
             self._finished_bytes += file.size
             self._file_bytes = 0
         return Path(str(path))
+
+    @contextmanager
+    def _holding(self, lock_path: Path) -> Iterator[None]:
+        """The blob's file lock, waited for in short steps so that a cancel is heard while another holds it."""
+        from filelock import FileLock, Timeout
+
+        lock = FileLock(str(lock_path))
+        while True:
+            if self._cancel.is_set():
+                raise DownloadCancelled
+            try:
+                lock.acquire(timeout=0.25)
+                break
+            except Timeout:
+                continue
+        try:
+            yield
+        finally:
+            lock.release()
+
+    def _transfer(self, file: RemoteFile, partial: Path) -> None:
+        from huggingface_hub import constants, hf_hub_url
+        from huggingface_hub.file_download import http_get
+        from huggingface_hub.utils import build_hf_headers
+
+        # huggingface_hub reads a response in chunks of DOWNLOAD_CHUNK_SIZE (10 MiB): progress and a cancel would
+        # wait for each, and a dropped connection loses the chunk it was in. Its only knob is this setting.
+        constants.DOWNLOAD_CHUNK_SIZE = min(constants.DOWNLOAD_CHUNK_SIZE, TRANSFER_CHUNK)
+        with partial.open("ab") as out:
+            if out.tell() > file.size:  # longer than the file: not a part of it
+                out.seek(0)
+                out.truncate()
+            url = hf_hub_url(self.plan.repo_id, file.name, revision=self.plan.revision, endpoint=endpoint())
+            http_get(url, out, resume_size=out.tell(), headers=build_hf_headers(), expected_size=file.size,
+                     displayed_filename=file.name, tqdm_class=_bar_for(self))
 
     def _verify(self, file: RemoteFile, path: Path) -> None:
         """The file's bytes against its listed SHA-256 (or git blob id); a mismatch deletes it."""
@@ -202,6 +235,8 @@ class Download:
         if len(self._samples) < 2:
             return None
         now = time.monotonic()
+        if now - self._samples[-1][0] > _SPEED_WINDOW_S:
+            return None  # nothing arrived for a while: no speed to show, nor a time left
         recent = [sample for sample in self._samples if now - sample[0] <= _SPEED_WINDOW_S] or [self._samples[-1]]
         first, last = (recent[0] if len(recent) > 1 else self._samples[-2]), self._samples[-1]
         elapsed = last[0] - first[0]
@@ -246,13 +281,13 @@ class Downloads:
         self._lock = threading.Lock()
 
     def start(self, plan: Plan, cache: Path | None = None) -> Download:
-        with self._lock:
+        with self._lock:  # started under the lock: a second start of the plan finds it running
             running = self._by_key.get(plan.key)
             if running is not None and running.running:
                 return running
-            download = Download(plan, cache)
+            download = Download(plan, cache).start()
             self._by_key[plan.key] = download
-        return download.start()
+        return download
 
     def all(self) -> list[Download]:
         with self._lock:
@@ -263,8 +298,15 @@ class Downloads:
             return self._by_key.get(key)
 
     def forget(self, key: str) -> None:
-        """Takes a finished download off the list (a running one stays)."""
+        """Takes a finished download off the list (a running one stays), with what a cancelled or failed one left
+        on disk to continue from."""
         with self._lock:
             download = self._by_key.get(key)
-            if download is not None and not download.running:
-                del self._by_key[key]
+            if download is None or download.running:
+                return
+            del self._by_key[key]
+        if download.progress().state != "done":
+            blobs = repo_folder(download.plan.repo_id, download.cache) / "blobs"
+            for file in download.plan.files:
+                if file.etag:
+                    (blobs / f"{file.etag}.incomplete").unlink(missing_ok=True)

@@ -159,10 +159,17 @@ def search(query: str, limit: int = 20) -> list[HubModel]:
         found = list(HfApi(endpoint=endpoint()).list_models(search=query.strip(), sort="downloads", limit=limit))
     except Exception as exc:
         raise _unavailable(exc, query) from exc
-    return [HubModel(repo_id=model.id, downloads=int(model.downloads or 0), likes=int(model.likes or 0),
-                     gated=_gated(model.gated), licence=_licence(None, model.tags), task=model.pipeline_tag,
-                     has_gguf="gguf" in (model.tags or ()) or model.library_name == "gguf")
-            for model in found]
+    # What a server sends is taken as it comes only where it has the type it should; a repeated id is shown once.
+    results: dict[str, HubModel] = {}
+    for model in found:
+        if not isinstance(model.id, str) or model.id in results:
+            continue
+        tags = _strings(model.tags)
+        results[model.id] = HubModel(
+            repo_id=model.id, downloads=_count(model.downloads), likes=_count(model.likes),
+            gated=_gated(model.gated), licence=_licence(None, tags), task=_text(model.pipeline_tag),
+            has_gguf="gguf" in tags or model.library_name == "gguf")
+    return list(results.values())
 
 
 def repository(repo_id: str, token: str | None = None) -> Repository:
@@ -181,11 +188,15 @@ def repository(repo_id: str, token: str | None = None) -> Repository:
     except Exception as exc:
         raise _unavailable(exc, repo_id) from exc
     files = [file for file in (_remote_file(sibling) for sibling in info.siblings or []) if file is not None]
-    card = info.card_data.to_dict() if info.card_data is not None else {}
+    try:
+        card = info.card_data.to_dict() if info.card_data is not None else {}
+    except Exception:  # a model card's metadata the library cannot turn back into a mapping: no licence from it
+        card = {}
     if not isinstance(info.sha, str) or not _COMMIT.fullmatch(info.sha):
         raise HubUnavailable(f"{endpoint()} did not give {repo_id}'s commit as a git commit id; try again.")
-    return Repository(repo_id=repo_id, revision=info.sha, gated=_gated(info.gated), licence=_licence(card, info.tags),
-                      task=info.pipeline_tag, files=tuple(files))
+    return Repository(repo_id=repo_id, revision=info.sha, gated=_gated(info.gated),
+                      licence=_licence(card if isinstance(card, dict) else {}, _strings(info.tags)),
+                      task=_text(info.pipeline_tag), files=tuple(files))
 
 
 def _remote_file(sibling: Any) -> RemoteFile | None:
@@ -211,12 +222,13 @@ def gguf_plan(repo: Repository, filename: str) -> Plan:
     chosen = next((file for file in repo.gguf_choices if file.name == filename), None)
     if chosen is None:
         raise HubUnavailable(f"{repo.repo_id} has no GGUF file {filename!r}.")
-    split = _SPLIT_GGUF.match(chosen.name.rsplit("/", 1)[-1])
+    folder, _, base = chosen.name.rpartition("/")
+    split = _SPLIT_GGUF.match(base)
     parts = [chosen]
     if split:
-        prefix = chosen.name[: len(chosen.name) - len(chosen.name.rsplit("/", 1)[-1])] + split.group("stem") + "-"
-        parts = [file for file in repo.files if file.name.startswith(prefix) and _SPLIT_GGUF.match(
-            file.name.rsplit("/", 1)[-1]) and file.name.endswith(f"-of-{split.group('parts')}.gguf")]
+        parts = [file for file in repo.files if file.name.rpartition("/")[0] == folder
+                 and (match := _SPLIT_GGUF.match(file.name.rpartition("/")[2])) is not None
+                 and (match.group("stem"), match.group("parts")) == (split.group("stem"), split.group("parts"))]
     projectors = [file for file in repo.files if file.name.rsplit("/", 1)[-1].startswith("mmproj")
                   and file.name.endswith(".gguf")]
     # The smallest projector: a picture's encoder is a small share of the model, and any precision of it works.
@@ -279,43 +291,66 @@ def check_space(plan: Plan, cache: Path | None = None) -> None:
 
 def is_in_cache(path: Path, cache: Path | None = None) -> bool:
     """Whether `path` is a snapshot file or folder of the Hugging Face cache (what the library may delete)."""
-    cache = (cache or hf_cache_dir()).resolve()
+    return _cache_place(path, cache) is not None
+
+
+def _cache_place(path: Path, cache: Path | None) -> tuple[Path, Path, Path] | None:
+    """(the repository's folder, the snapshot, the path itself) with every `..` and folder link resolved (the
+    path's own last link is kept: it is the snapshot's link, not its blob), or None outside a snapshot."""
+    root = (cache or hf_cache_dir()).resolve()
     try:
-        relative = path.absolute().relative_to(cache)
-    except ValueError:
-        return False
-    parts = relative.parts
-    return len(parts) >= 3 and parts[0].startswith("models--") and parts[1] == "snapshots"
+        where = path.parent.resolve() / path.name if path.name not in ("", ".", "..") else path.resolve()
+        parts = where.relative_to(root).parts
+    except (OSError, ValueError):
+        return None
+    if len(parts) < 3 or not parts[0].startswith("models--") or parts[1] != "snapshots":
+        return None
+    return root / parts[0], root / parts[0] / "snapshots" / parts[2], where
 
 
 def delete_from_cache(path: Path, cache: Path | None = None) -> int:
-    """Deletes a fetched model from the Hugging Face cache: a snapshot folder with its blobs, or one file (with the
-    other parts of a split GGUF and its projector) and its blob when no other snapshot uses it. Returns the bytes
-    freed. Anything outside the cache is refused: LM Studio's and Ollama's models are deleted with those tools."""
-    cache = (cache or hf_cache_dir()).resolve()
-    if not is_in_cache(path, cache):
-        raise ValueError(f"{path} is not in the Hugging Face cache ({cache}): delete it with the tool that put it "
-                         "there.")
-    relative = path.absolute().relative_to(cache)
-    repo = cache / relative.parts[0]
-    snapshot = repo / "snapshots" / relative.parts[2]
-    if path.absolute() == snapshot or path.is_dir():
-        doomed = [p for p in snapshot.rglob("*") if p.is_symlink() or p.is_file()]
+    """Deletes a fetched model from the Hugging Face cache and returns the bytes freed: a safetensors folder's
+    files, or a GGUF file with the other parts of a split one (and the projector, when no other GGUF stays). When
+    nothing else of the snapshot is left, huggingface_hub deletes the whole revision (its blobs, refs and entries of
+    its shared blob store). Otherwise only these files' links go, and a blob of the repository's own that no other
+    link uses. Refused outside the cache: LM Studio's and Ollama's models are deleted with those tools."""
+    place = _cache_place(path, cache)
+    if place is None:
+        raise ValueError(f"{path} is not in the Hugging Face cache ({cache or hf_cache_dir()}): delete it with the "
+                         "tool that put it there.")
+    repo, snapshot, where = place
+    links = [p for p in snapshot.rglob("*") if p.is_symlink() or p.is_file()]
+    if where == snapshot:  # a folder model: its files, not the GGUF models that may share its snapshot
+        doomed = [p for p in links if p.suffix != ".gguf"]
     else:
-        doomed = [path.absolute(), *_companions(path.absolute())]
-    freed = 0
-    blobs = {_blob_of(link) for link in doomed}
+        doomed = [where, *_companions(where)]
+    if set(links) <= set(doomed):
+        return _delete_revision(repo, snapshot)
+    blobs = {blob for blob in map(_own_blob, doomed) if blob is not None}
     for link in doomed:
         link.unlink(missing_ok=True)
-    still_used = {_blob_of(link) for link in (repo / "snapshots").rglob("*") if link.is_symlink()}
-    for blob in blobs - still_used - {None}:
-        assert blob is not None
+    still_used = {_own_blob(link) for link in snapshot.parent.rglob("*") if link.is_symlink()}
+    freed = 0
+    for blob in blobs - still_used:
         try:
-            freed += blob.stat().st_size
+            # A link into the cache's shared store frees nothing by itself; huggingface_hub's own cleanup
+            # (`hf cache prune`) takes store entries no repository links to any more.
+            freed += 0 if blob.is_symlink() else blob.stat().st_size
             blob.unlink()
         except OSError:
             continue
-    _prune(snapshot, repo)
+    return freed
+
+
+def _delete_revision(repo: Path, snapshot: Path) -> int:
+    from huggingface_hub import scan_cache_dir
+
+    cache = scan_cache_dir(repo.parent)
+    strategy = cache.delete_revisions(snapshot.name)
+    freed = int(strategy.expected_freed_size)
+    strategy.execute()
+    if repo.is_dir() and not any((repo / "snapshots").glob("*")):
+        shutil.rmtree(repo, ignore_errors=True)  # refs and locks of a repository with no revision left
     return freed
 
 
@@ -323,35 +358,29 @@ def _companions(file: Path) -> list[Path]:
     """The other parts of a split GGUF, and the projector when no other model of the snapshot stays."""
     split = _SPLIT_GGUF.match(file.name)
     siblings = [p for p in file.parent.iterdir() if p != file]
-    found = [p for p in siblings
-             if split and p.name.startswith(split.group("stem") + "-") and _SPLIT_GGUF.match(p.name)]
+    found = []
+    if split:
+        for sibling in siblings:
+            other = _SPLIT_GGUF.match(sibling.name)
+            if other and (other.group("stem"), other.group("parts")) == (split.group("stem"), split.group("parts")):
+                found.append(sibling)
     others = [p for p in siblings if p.suffix == ".gguf" and not p.name.startswith("mmproj") and p not in found]
     if not others:
         found += [p for p in siblings if p.name.startswith("mmproj") and p.suffix == ".gguf"]
     return found
 
 
-def _blob_of(link: Path) -> Path | None:
+def _own_blob(link: Path) -> Path | None:
+    """The blob a snapshot link points to, when it is one of its repository's (`../../blobs/<etag>`): its target
+    is read one level only, never followed on, so nothing outside the repository's blobs is ever named."""
     if not link.is_symlink():
         return None
-    return (link.parent / os.readlink(link)).resolve()
-
-
-def _prune(snapshot: Path, repo: Path) -> None:
-    """Removes the folders a deletion emptied, up to the repository's own when nothing of it is left."""
-    for folder in sorted((p for p in snapshot.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
-        _rmdir(folder)
-    _rmdir(snapshot)
-    blobs = repo / "blobs"
-    if not any((repo / "snapshots").glob("*")) and not any(blobs.glob("*")):
-        shutil.rmtree(repo, ignore_errors=True)
-
-
-def _rmdir(folder: Path) -> None:
-    try:
-        folder.rmdir()
-    except OSError:
-        pass  # not empty: something else still lives there
+    target = Path(os.path.normpath(link.parent / os.readlink(link)))
+    repo = link.parent
+    while repo.parent.name != "snapshots" and repo != repo.parent:
+        repo = repo.parent
+    blobs = repo.parent.parent / "blobs"  # snapshots/<rev>/... -> the repository's blobs
+    return target if target.parent == blobs else None
 
 
 def _existing(path: Path) -> Path:
@@ -362,15 +391,27 @@ def _existing(path: Path) -> Path:
 
 # ----- what the Hub's answers mean ------------------------------------------------------------------------------
 
+def _strings(values: Any) -> list[str]:
+    return [value for value in values if isinstance(value, str)] if isinstance(values, list | tuple) else []
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def _text(value: Any) -> str | None:
+    return value[:100] if isinstance(value, str) and value else None
+
+
 def _gated(value: Any) -> str | None:
-    return str(value) if value not in (None, False, "false", "False") else None
+    return str(value)[:20] if value not in (None, False, "false", "False") else None
 
 
 def _licence(card: dict[str, Any] | None, tags: Iterable[str] | None) -> str | None:
     licence = (card or {}).get("license")
     if isinstance(licence, str) and licence:
         name = (card or {}).get("license_name")
-        return f"{licence} ({name})" if licence == "other" and isinstance(name, str) else licence
+        return f"{licence} ({name})" if licence == "other" and isinstance(name, str) else licence[:100]
     for tag in tags or ():
         if tag.startswith("license:"):
             return tag.removeprefix("license:")

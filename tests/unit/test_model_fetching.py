@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -240,7 +241,7 @@ def test_deleting_one_gguf_keeps_the_other_files_of_its_repository(hub_double):
     assert (paths[1].parent / "mmproj-Qwen3-f16.gguf").exists()
     hub.delete_from_cache(paths[0])  # the last model: the projector goes with it, and the repository's folder
     assert not hub.repo_folder(GGUF_REPO).exists()
-    assert split_plan.total_bytes > 0
+    assert not hub.snapshot_path(split_plan).parent.exists()
 
 
 def test_a_hostile_listing_cannot_name_a_file_outside_the_cache(hub_double):
@@ -263,3 +264,72 @@ def test_a_hostile_listing_cannot_name_a_file_outside_the_cache(hub_double):
         with pytest.raises(hub.HubUnavailable, match="not a repository id"):
             hub.repository(hostile)
     assert hub_double.requests == []
+
+
+def test_a_partial_file_longer_than_the_file_is_started_again(hub_double):
+    plan = hub.gguf_plan(hub.repository(GGUF_REPO), "Qwen3-1.7B-Q8_0.gguf")
+    blobs = hub.repo_folder(GGUF_REPO) / "blobs"
+    blobs.mkdir(parents=True)
+    (blobs / f"{plan.files[0].sha256}.incomplete").write_bytes(b"x" * (plan.files[0].size + 40))
+    download = Downloads().start(plan)
+    _wait(download)
+    assert download.progress().state == "done", download.progress().message
+
+
+def test_two_downloads_sharing_a_file_fetch_it_once(hub_double):
+    repo = hub.repository(GGUF_REPO)
+    hub_double.bytes_per_second = 2_000_000
+    plans = [hub.gguf_plan(repo, name) for name in ("Qwen3-1.7B-Q4_K_M.gguf", "Qwen3-1.7B-Q8_0.gguf")]
+    downloads = Downloads()
+    started = [downloads.start(plan) for plan in plans]  # both want the projector
+    for download in started:
+        _wait(download)
+        assert download.progress().state == "done", download.progress().message
+    fetched = [path for method, path, _ in hub_double.requests
+               if method == "GET" and path.startswith("/cdn-lfs/") and "mmproj-Qwen3" in path]
+    assert len(fetched) == 1, fetched  # the second found it done under the blob's lock
+
+
+def test_deleting_never_reaches_outside_the_repository(hub_double, tmp_path):
+    """A snapshot link that points out of the cache, a path that climbs out with `..`, and a blob kept in the
+    cache's shared store: none of what they point to is deleted."""
+    plan = hub.gguf_plan(hub.repository(GGUF_REPO), "Qwen3-1.7B-Q8_0.gguf")
+    download = Downloads().start(plan)
+    _wait(download)
+    model = download.progress().path
+    outside = tmp_path / "lm-studio-model.gguf"
+    outside.write_bytes(b"someone else's")
+    planted = model.parent / "planted.gguf"
+    planted.symlink_to(outside)  # a link in the snapshot to a file of another tool
+    hub.delete_from_cache(planted)
+    assert outside.read_bytes() == b"someone else's" and not planted.exists()
+    with pytest.raises(ValueError, match="not in the Hugging Face cache"):
+        hub.delete_from_cache(model.parent / ".." / ".." / ".." / ".." / "lm-studio-model.gguf")
+    assert outside.exists()
+    # A blob that is itself a link into the shared store (huggingface_hub's Xet layout): the store entry stays.
+    cache = tmp_path / "hub"
+    store = cache / "blobs" / "ab" / ("ab" + "0" * 62)
+    store.parent.mkdir(parents=True)
+    store.write_bytes(b"shared payload")
+    blob = hub.repo_folder(GGUF_REPO) / "blobs" / ("f" * 64)
+    blob.symlink_to(os.path.relpath(store, blob.parent))
+    other = model.parent / "other-Q2_K.gguf"
+    other.symlink_to(os.path.relpath(blob, other.parent))
+    hub.delete_from_cache(other)
+    assert store.read_bytes() == b"shared payload" and not blob.exists() and model.is_file()
+
+
+def test_the_cache_is_huggingface_hub_s_own(hub_double, tmp_path):
+    from huggingface_hub import constants
+
+    from app.models.discovery import hf_cache_dir
+
+    assert hf_cache_dir() == Path(constants.HF_HUB_CACHE) == tmp_path / "hub"
+
+
+def test_a_hostile_search_answer_is_shown_without_a_crash(hub_double, model_bytes):
+    hub_double.add(HubRepo("acme/qwen3-odd", model_bytes[GGUF_REPO], downloads=-5,
+                           pipeline_tag=7))  # type: ignore[arg-type]
+    found = {model.repo_id: model for model in hub.search("qwen3")}
+    odd = found["acme/qwen3-odd"]
+    assert odd.downloads == 0 and odd.task is None and odd.has_gguf

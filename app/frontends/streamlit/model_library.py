@@ -17,7 +17,7 @@ from app.clients.embedded_model import EmbeddedModelMissing, gguf_path, is_embed
 from app.clients.memory_fit import describe_bytes
 from app.config import ModelSettings
 from app.frontends.streamlit.safe_markdown import safe_label, safe_markdown
-from app.models.discovery import FoundModel, describe_path, discover
+from app.models.discovery import FoundModel, describe_path, discover, hf_cache_dir
 from app.models.memory_at_context import fit_at_context
 from app.models.model_files import ModelFiles, describe_count
 
@@ -40,7 +40,7 @@ def _described(path: str, size: int, modified: float) -> FoundModel | None:
 
 def on_this_machine() -> list[FoundModel]:
     """The models on disk, read at most once a minute (and again after `rescan`)."""
-    return _found(tuple(os.environ.get(name, "") for name in _ENVIRONMENT))
+    return _found((*(os.environ.get(name, "") for name in _ENVIRONMENT), str(hf_cache_dir())))
 
 
 def rescan() -> None:

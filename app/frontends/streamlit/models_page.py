@@ -46,6 +46,7 @@ _CHOICE = "models.choice"
 _NOTICE = "models.notice"  # what the last action did, shown once at the top
 _PICKED = "models.picked"
 _REFUSED = "models.refused"  # why the last action was refused, shown once at the top
+_ENDED_SEEN = "models.ended_seen"  # the downloads this session has seen end
 
 
 @st.cache_resource(show_spinner=False)
@@ -164,7 +165,7 @@ def _delete(model: FoundModel) -> None:
     try:
         freed = delete_from_cache(model.files.path)
     except (OSError, ValueError) as exc:
-        st.session_state[_NOTICE] = f"Could not delete {model.name}: {exc}"
+        st.session_state[_REFUSED] = f"Could not delete {model.name}: {exc}"
         return
     model_library.rescan()
     st.session_state[_PICKED] = None
@@ -174,15 +175,18 @@ def _delete(model: FoundModel) -> None:
 # ----- downloads --------------------------------------------------------------------------------------------------
 
 def _downloads_section() -> None:
-    if downloads().all():
+    listed = downloads().all()
+    if listed:
         st.subheader("Downloads")
-        _downloads()
+        # Redrawn every second while one runs; when the last one ends, the page runs again and the redraws stop.
+        running = any(download.running for download in listed)
+        st.fragment(_downloads, run_every=1.0 if running else None)()
 
 
-@st.fragment(run_every=1.0)
 def _downloads() -> None:
-    """Each download's bar, redrawn every second; when one finishes, the page's list is read again."""
-    state.rerun_if_page_changed()  # "Use for chat" or "Clear": the rest of the page changes too
+    """Each download's bar. A download this session sees end for the first time reruns the page (and when it is
+    done, the list of models is read again, with it)."""
+    state.rerun_if_page_changed()  # "Use for chat", "Clear" or a refusal: the rest of the page changes too
     for download in downloads().all():
         _download_row(download, download.progress())
 
@@ -196,8 +200,8 @@ def _download_row(download: Download, progress: Progress) -> None:
         if progress.state in ("downloading", "verifying"):
             row.button("Cancel", icon=":material/close:", key=f"cancel_{key}", on_click=download.cancel)
             return
+        _ended_once(key, progress.state)
         if progress.state == "done" and progress.path is not None:
-            _list_again_once(key)
             row.button("Use for chat", icon=":material/play_arrow:", key=f"use_{key}", type="primary",
                        on_click=_use_fetched, args=(download,))
         elif progress.state == "failed":
@@ -211,12 +215,12 @@ def _download_row(download: Download, progress: Progress) -> None:
         row.button("Clear", key=f"clear_{key}", on_click=_clear, args=(key,))
 
 
-def _list_again_once(key: str) -> None:
-    """A download this session sees finished for the first time: the list of models is read again, with it."""
-    seen = st.session_state.setdefault("models.finished_seen", set())
+def _ended_once(key: str, ended: str) -> None:
+    seen = st.session_state.setdefault(_ENDED_SEEN, set())
     if key not in seen:
         seen.add(key)
-        model_library.rescan()
+        if ended == "done":
+            model_library.rescan()
         st.rerun(scope="app")
 
 
@@ -240,6 +244,7 @@ def _duration(seconds: float) -> str:
 
 def _clear(key: str) -> None:
     downloads().forget(key)
+    st.session_state.setdefault(_ENDED_SEEN, set()).discard(key)
     state.page_changed()
 
 
@@ -260,8 +265,10 @@ def _start(plan: Plan) -> None:
         check_space(plan)
     except NotEnoughSpace as exc:
         st.session_state[_REFUSED] = str(exc)
-        return
-    downloads().start(plan)
+    else:
+        downloads().start(plan)
+        st.session_state.setdefault(_ENDED_SEEN, set()).discard(plan.key)
+    state.page_changed()  # from the downloads' fragment too: the refusal, or the new bar, shows on the page
 
 
 # ----- fetching ----------------------------------------------------------------------------------------------------
