@@ -162,6 +162,31 @@ class DocumentSettings:
 
 
 @dataclass(frozen=True)
+class KnowledgeSettings:
+    """Documents read into passages for search (app/knowledge): how they are cut, and what one user may keep."""
+
+    passage_chars: int = 1200  # a passage's length; a prompt holds a few of them with their sources
+    overlap_chars: int = 200  # each passage starts with the end of the one before it
+    max_file_mb: int = 50  # one file as uploaded
+    max_passages_per_document: int = 20_000  # about 24 million characters
+    max_documents: int = 1000  # per user
+    max_passages: int = 200_000  # per user
+    max_mb: int = 1000  # per user, the files as uploaded
+
+    @classmethod
+    def from_env(cls) -> KnowledgeSettings:
+        return cls(
+            passage_chars=_int("DEMO_KNOWLEDGE_PASSAGE_CHARS", cls.passage_chars),
+            overlap_chars=_int("DEMO_KNOWLEDGE_OVERLAP_CHARS", cls.overlap_chars),
+            max_file_mb=_int("DEMO_KNOWLEDGE_MAX_FILE_MB", cls.max_file_mb),
+            max_passages_per_document=_int("DEMO_KNOWLEDGE_MAX_DOCUMENT_PASSAGES", cls.max_passages_per_document),
+            max_documents=_int("DEMO_KNOWLEDGE_MAX_DOCUMENTS", cls.max_documents),
+            max_passages=_int("DEMO_KNOWLEDGE_MAX_PASSAGES", cls.max_passages),
+            max_mb=_int("DEMO_KNOWLEDGE_MAX_MB", cls.max_mb),
+        )
+
+
+@dataclass(frozen=True)
 class ImageSettings:
     """Limits on images users attach (and the API server receives), applied by app/domain/media.py before an image is
     decoded, stored or shown to a model. Pillow's own decompression-bomb limit (about 89 million pixels) caps

@@ -3,7 +3,8 @@ deletes the dropped ones; a database written before versions existed may still h
 holding one message as JSON text (app/storage/codec.py) and a lower-cased copy of its text for search; preferences
 hold each user's last settings; api_responses hold the API server's stored responses (app/storage/responses.py);
 mcp_tokens hold each user's sign-ins to MCP servers, encrypted (app/storage/mcp_tokens.py); compare_votes hold the
-votes of the Compare page (app/storage/compare_votes.py).
+votes of the Compare page (app/storage/compare_votes.py); knowledge_collections, knowledge_documents and
+knowledge_chunks hold users' documents as searchable passages (app/storage/knowledge.py).
 The migrations in migrations/versions create exactly this; tests compare the two."""
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, Dialect, ForeignKey, Index, MetaData, String, Text, false
+from sqlalchemy import JSON, BigInteger, DateTime, Dialect, ForeignKey, Index, Integer, MetaData, String, Text, false
+from sqlalchemy import text as sql_text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
@@ -23,6 +25,11 @@ NAMING = {
     "pk": "pk_%(table_name)s",
 }
 TRIGRAM_INDEX = "ix_messages_search_text_trgm"
+# Full-text search over knowledge passages: a GIN index on PostgreSQL (the expression the search uses), an FTS5 table
+# on SQLite (kept level with knowledge_chunks by triggers). Both are made by migration 0007 only.
+KNOWLEDGE_TSVECTOR_INDEX = "ix_knowledge_chunks_text_tsvector"
+KNOWLEDGE_FTS_TABLE = "knowledge_chunks_fts"
+KNOWLEDGE_LANGUAGE = "english"  # PostgreSQL's text search configuration; SQLite's FTS5 uses the Porter stemmer
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -156,4 +163,60 @@ class CompareVoteRow(Base):
     __table_args__ = (
         Index("ix_compare_votes_owner_created_at", "owner", "created_at"),  # one owner's votes, newest first
         Index("ix_compare_votes_created_at", "created_at"),  # the leaderboard over every owner's, in order
+    )
+
+
+class KnowledgeCollectionRow(Base):
+    """A user's named set of documents (a conversation's attached long documents form one too)."""
+
+    __tablename__ = "knowledge_collections"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)  # a random UUID4
+    owner: Mapped[str] = mapped_column(String(200))
+    name: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+    __table_args__ = (Index("ix_knowledge_collections_owner_name", "owner", "name"),)
+
+
+class KnowledgeDocumentRow(Base):
+    """One file read into a collection: its figures, for the page and the per-user limits."""
+
+    __tablename__ = "knowledge_documents"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    collection_id: Mapped[str] = mapped_column(
+        String(36), ForeignKey("knowledge_collections.id", ondelete="CASCADE"))
+    owner: Mapped[str] = mapped_column(String(200))  # the collection's, kept here for the per-user sums
+    name: Mapped[str] = mapped_column(String(300))
+    sha256: Mapped[str] = mapped_column(String(64))  # of the file's bytes: the same file is not read twice
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    characters: Mapped[int] = mapped_column(BigInteger)
+    chunk_count: Mapped[int]
+    note: Mapped[str] = mapped_column(Text)  # why reading stopped early, "" when it did not
+    created_at: Mapped[datetime]
+
+    __table_args__ = (
+        Index("ix_knowledge_documents_collection_id", "collection_id"),
+        Index("ix_knowledge_documents_owner", "owner"),
+    )
+
+
+class KnowledgeChunkRow(Base):
+    """One passage of a document, with where it is. Its integer id is the full-text index's row id."""
+
+    __tablename__ = "knowledge_chunks"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    document_id: Mapped[str] = mapped_column(
+        String(36), ForeignKey("knowledge_documents.id", ondelete="CASCADE"))
+    ordinal: Mapped[int]  # its place in the document
+    location: Mapped[str] = mapped_column(String(200))  # "page 212", "slide 3", a heading, "line 40"
+    text: Mapped[str] = mapped_column(Text)
+
+    __table_args__ = (
+        Index("ix_knowledge_chunks_document_id_ordinal", "document_id", "ordinal"),
+        Index(KNOWLEDGE_TSVECTOR_INDEX, sql_text(f"to_tsvector('{KNOWLEDGE_LANGUAGE}', text)"),
+              postgresql_using="gin").ddl_if(dialect="postgresql"),
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import zipfile
+from collections.abc import Generator, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import PurePath
@@ -68,6 +69,44 @@ class _TextBudget:
         return Extracted("".join(self._parts), self.cut)
 
 
+@dataclass(frozen=True)
+class Part:
+    """One piece of a document in reading order: a PDF page, a slide, a paragraph or a table row of a DOCX (under
+    its heading). `location` is what a citation names ("page 212", "slide 3", "Installation"); `separator` joins it
+    to the text before it when the document is read whole."""
+
+    location: str
+    text: str
+    separator: str = "\n\n"
+    labelled: bool = False  # read whole, the text is headed by its location: "[page 3]"
+
+
+@dataclass(frozen=True)
+class Cut:
+    """Reading stopped early, and why (a limit on pages): the parts before it are the document's readable text."""
+
+    reason: str
+
+
+def iter_parts(name: str, data: bytes, settings: DocumentSettings | None = None) -> Generator[Part | Cut]:
+    """A PDF's, DOCX's or PPTX's parts, as they are read (the limits against hostile files apply as in
+    `read_document`); DocumentError when the file cannot be read or goes past a limit."""
+    settings = settings or DocumentSettings.from_env()
+    suffix = PurePath(name).suffix.lower()
+    readers = {".pdf": _pdf, ".docx": _docx, ".pptx": _pptx}
+    if suffix not in readers:
+        raise DocumentError(f"{name}: {suffix or 'this'} files are not read in parts.")
+    try:
+        yield from readers[suffix](name, data, settings)
+    except DocumentError:
+        raise
+    except GeneratorExit:
+        raise
+    except Exception as exc:  # each parser raises its own types for damaged files
+        raise DocumentError(f"{name} could not be read as {suffix[1:].upper()} ({type(exc).__name__}: {exc}). "
+                            "Is the file damaged or password-protected?") from exc
+
+
 def extract_text(name: str, data: bytes) -> str:
     """The text of a PDF, DOCX, PPTX or text file, at most DEMO_DOCUMENT_MAX_CHARS characters of it."""
     return read_document(name, data).text
@@ -78,16 +117,19 @@ def read_document(name: str, data: bytes, settings: DocumentSettings | None = No
     limits that guard against decompression bombs, or when the file cannot be read)."""
     settings = settings or DocumentSettings.from_env()
     suffix = PurePath(name).suffix.lower()
-    readers = {".pdf": _pdf, ".docx": _docx, ".pptx": _pptx}
-    if suffix in readers:
+    if suffix in (".pdf", ".docx", ".pptx"):
         budget = _TextBudget(settings.max_chars)
-        try:
-            readers[suffix](name, data, budget, settings)
-        except DocumentError:
-            raise
-        except Exception as exc:  # each parser raises its own types for damaged files
-            raise DocumentError(f"{name} could not be read as {suffix[1:].upper()} ({type(exc).__name__}: {exc}). "
-                                "Is the file damaged or password-protected?") from exc
+        parts = iter_parts(name, data, settings)
+        for part in parts:
+            if isinstance(part, Cut):
+                budget.cut = part.reason
+                break
+            text = f"[{part.location}]\n{part.text}" if part.labelled else part.text
+            if not budget.add(text, part.separator):
+                break
+        parts.close()  # reading stops here: the rest of the file is not parsed
+        if suffix == ".pdf" and not budget.size:
+            raise DocumentError("the PDF has no text layer (a scan?); text recognition is not available here.")
         return budget.result()
     if suffix in TEXT_SUFFIXES or not suffix:
         return _cut_text(decode_text(name, data), settings.max_chars)
@@ -177,32 +219,30 @@ def _pypdf_limits(max_bytes: int) -> AbstractContextManager[object]:
     return pypdf.apply_configuration(None, **{field: max_bytes for field in known})
 
 
-def _pdf(name: str, data: bytes, budget: _TextBudget, settings: DocumentSettings) -> None:
+def _pdf(name: str, data: bytes, settings: DocumentSettings) -> Iterator[Part | Cut]:
     from pypdf import PdfReader
     from pypdf.errors import LimitReachedError
 
     try:
         with _pypdf_limits(settings.max_part_mb * MB):
-            _read_pdf_pages(name, PdfReader(io.BytesIO(data)), budget, settings)
+            yield from _pdf_pages(name, PdfReader(io.BytesIO(data)), settings)
     except LimitReachedError as exc:
         raise _over_limit(name, f"it goes past a safety limit of the PDF reader ({exc}); a compressed stream in "
                           f"it may unpack to more than the {settings.max_part_mb:,} MB allowed for one part",
                           "DEMO_DOCUMENT_MAX_PART_MB") from exc
-    if not budget.size:
-        raise DocumentError("the PDF has no text layer (a scan?); text recognition is not available here.")
 
 
-def _read_pdf_pages(name: str, reader: PdfReader, budget: _TextBudget, settings: DocumentSettings) -> None:
-    """Page by page until the text budget is full. pypdf keeps every stream it has unpacked for the life of the
-    reader, so what the pages unpack is added up and held to the limit for a whole document."""
+def _pdf_pages(name: str, reader: PdfReader, settings: DocumentSettings) -> Iterator[Part | Cut]:
+    """Page by page. pypdf keeps every stream it has unpacked for the life of the reader, so what the pages unpack
+    is added up and held to the limit for a whole document."""
     if reader.is_encrypted:
         raise DocumentError("the PDF is password-protected.")
     pages = reader.pages
     unpacked = 0
     for number, page in enumerate(pages, 1):
         if number > settings.max_pdf_pages:
-            budget.cut = (f"only the first {settings.max_pdf_pages:,} of {len(pages):,} pages were read "
-                          "(DEMO_DOCUMENT_MAX_PDF_PAGES)")
+            yield Cut(f"only the first {settings.max_pdf_pages:,} of {len(pages):,} pages were read "
+                      "(DEMO_DOCUMENT_MAX_PDF_PAGES)")
             return
         contents = page.get_contents()  # unpacked here once; extract_text reuses pypdf's copy
         unpacked += len(contents.get_data()) if contents is not None else 0
@@ -211,29 +251,33 @@ def _read_pdf_pages(name: str, reader: PdfReader, budget: _TextBudget, settings:
                               f"{settings.max_unpacked_mb:,} MB allowed for one document",
                               "DEMO_DOCUMENT_MAX_UNPACKED_MB")
         text = (page.extract_text() or "").strip()
-        if text and not budget.add(f"[page {number}]\n{text}"):
-            return
+        if text:
+            yield Part(f"page {number}", text, labelled=True)
 
 
-def _docx(name: str, data: bytes, budget: _TextBudget, settings: DocumentSettings) -> None:
+def _docx(name: str, data: bytes, settings: DocumentSettings) -> Iterator[Part | Cut]:
+    """Paragraphs and tables in document order, each under the heading it follows."""
     from docx import Document
     from docx.table import Table
     from docx.text.paragraph import Paragraph
 
     check_office_zip(name, data, settings)
     document = Document(io.BytesIO(data))
+    heading = ""
     for block in document.iter_inner_content():  # paragraphs and tables in document order
         if isinstance(block, Paragraph):
             text = block.text
-            if text.strip() and not budget.add(text):
-                return
+            style = block.style.name if block.style is not None else ""
+            if text.strip() and (style or "").startswith(("Heading", "Title")):
+                heading = text.strip()[:200]
+            if text.strip():
+                yield Part(heading, text)
         elif isinstance(block, Table):
             for index, row in enumerate(block.rows):  # a table is one block, its rows on their own lines
-                if not budget.add(" | ".join(cell.text.strip() for cell in row.cells), "\n" if index else "\n\n"):
-                    return
+                yield Part(heading, " | ".join(cell.text.strip() for cell in row.cells), "\n" if index else "\n\n")
 
 
-def _pptx(name: str, data: bytes, budget: _TextBudget, settings: DocumentSettings) -> None:
+def _pptx(name: str, data: bytes, settings: DocumentSettings) -> Iterator[Part | Cut]:
     from pptx import Presentation
 
     check_office_zip(name, data, settings)
@@ -245,8 +289,7 @@ def _pptx(name: str, data: bytes, budget: _TextBudget, settings: DocumentSetting
                 texts.append(shape.text_frame.text.strip())
             if getattr(shape, "has_table", False) and shape.has_table:
                 texts.extend(" | ".join(cell.text for cell in row.cells) for row in shape.table.rows)
-        if not budget.add(f"[slide {number}]\n" + "\n".join(texts)):
-            return
+        yield Part(f"slide {number}", "\n".join(texts), labelled=True)
 
 
 def document_attachment(name: str, data: bytes) -> Attachment:

@@ -29,6 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("app.tools", "app.clients"),
     ("app.models",),
     ("app.storage",),
+    ("app.knowledge",),
     ("app.mcp_client",),
     ("app.agent",),
     ("app.compare",),

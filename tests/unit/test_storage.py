@@ -42,7 +42,14 @@ from app.storage.codec import (
 from app.storage.database import database_url as resolve_url
 from app.storage.migrate import current_revision, head_revision, upgrade_to_head
 from app.storage.schema import AttachmentRecord, MessageRecord, MetricsRecord, SettingsRecord, ToolCallRecord
-from app.storage.tables import TRIGRAM_INDEX, Base, ConversationRow, MessageRow
+from app.storage.tables import (
+    KNOWLEDGE_FTS_TABLE,
+    KNOWLEDGE_TSVECTOR_INDEX,
+    TRIGRAM_INDEX,
+    Base,
+    ConversationRow,
+    MessageRow,
+)
 from app.storage.transfer import MAX_IMPORT_BYTES
 from app.tools.documents import MAX_UPLOAD_BYTES as MAX_DOCUMENT_BYTES
 from tests.helpers import ROOT, at_once
@@ -157,9 +164,12 @@ def store(engine: Engine) -> ConversationStore:
 def schema_differences(engine: Engine) -> list:
     with engine.connect() as connection:
         differences = compare_metadata(MigrationContext.configure(connection), Base.metadata)
-    # The trigram index exists on PostgreSQL only (ddl_if), which autogenerate does not know.
-    return [d for d in differences if not (engine.dialect.name == "sqlite" and d[0] == "add_index"
-                                          and d[1].name == TRIGRAM_INDEX)]
+    # The trigram and tsvector indexes exist on PostgreSQL only (ddl_if), which autogenerate does not know; SQLite's
+    # full-text search over knowledge passages is an FTS5 virtual table (with its shadow tables) the models leave out.
+    postgres_only = {TRIGRAM_INDEX, KNOWLEDGE_TSVECTOR_INDEX}
+    return [d for d in differences
+            if not (engine.dialect.name == "sqlite" and d[0] == "add_index" and d[1].name in postgres_only)
+            and not (d[0] == "remove_table" and d[1].name.startswith(KNOWLEDGE_FTS_TABLE))]
 
 
 def test_opening_an_empty_database_migrates_it_to_head_once(database_url):
@@ -167,18 +177,22 @@ def test_opening_an_empty_database_migrates_it_to_head_once(database_url):
     try:
         tables = set(inspect(engine).get_table_names())
         assert {"conversations", "messages", "preferences", "api_responses", "mcp_tokens", "compare_votes",
-                "alembic_version"} <= tables
+                "knowledge_collections", "knowledge_documents", "knowledge_chunks", "alembic_version"} <= tables
         with engine.connect() as connection:
-            assert current_revision(connection) == head_revision() == "0006"
+            assert current_revision(connection) == head_revision() == "0007"
         assert schema_differences(engine) == []  # the migration creates exactly what the models declare
         if engine.dialect.name == "postgresql":
             assert TRIGRAM_INDEX in {index["name"] for index in inspect(engine).get_indexes("messages")}
+            assert KNOWLEDGE_TSVECTOR_INDEX in {index["name"] for index in inspect(engine).get_indexes(
+                "knowledge_chunks")}
+        else:
+            assert KNOWLEDGE_FTS_TABLE in tables
         store = ConversationStore(engine)
         kept = store.create("alice", "chat", title="kept")
         upgrade_to_head(engine)  # again: nothing to do, nothing lost
         open_database(database_url).dispose()
         with engine.connect() as connection:
-            assert current_revision(connection) == "0006"
+            assert current_revision(connection) == "0007"
         assert store.get("alice", kept).title == "kept"
     finally:
         engine.dispose()

@@ -1,0 +1,84 @@
+"""Parts of a document (app/knowledge/reading.py) packed into passages for search: about `size` characters each,
+cut at paragraph, then sentence, then word boundaries, never across two locations (a passage is on one page, one
+slide, under one heading), and each starting with the end of the one before it (`overlap`), so that a sentence cut
+between two passages is found whole in one of them."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from itertools import groupby
+
+from app.tools.documents import Part
+
+_SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+")
+
+
+@dataclass(frozen=True)
+class Passage:
+    location: str  # "page 212", "slide 3", a heading, "line 40"
+    text: str
+
+
+def chunk(parts: list[Part], size: int = 1200, overlap: int = 200) -> list[Passage]:
+    """The passages of a document, in reading order."""
+    if size < 100 or not 0 <= overlap < size // 2:
+        raise ValueError("a passage is at least 100 characters, and overlaps less than half of it")
+    passages: list[Passage] = []
+    for location, group in groupby(parts, key=lambda part: part.location):
+        pieces = [piece for part in group for piece in _pieces(part.text, size - overlap)]
+        passages.extend(Passage(location, text) for text in _pack(pieces, size, overlap))
+    return passages
+
+
+def _pieces(text: str, limit: int) -> list[str]:
+    """A part cut into pieces of at most `limit` characters: its paragraphs, a long one at its sentences, a long
+    sentence at its words, a long word where it must."""
+    pieces: list[str] = []
+    for paragraph in re.split(r"\n\s*\n", text.strip()):
+        paragraph = paragraph.strip()
+        if not paragraph:
+            continue
+        if len(paragraph) <= limit:
+            pieces.append(paragraph)
+            continue
+        for sentence in _SENTENCE_END.split(paragraph):
+            while len(sentence) > limit:
+                cut = sentence.rfind(" ", 0, limit)
+                cut = cut if cut > limit // 2 else limit
+                pieces.append(sentence[:cut].strip())
+                sentence = sentence[cut:].strip()
+            if sentence:
+                pieces.append(sentence)
+    return pieces
+
+
+def _pack(pieces: list[str], size: int, overlap: int) -> list[str]:
+    """Pieces joined into passages of at most `size` characters; each passage after the first starts with the
+    last whole pieces (or words) of the one before, up to `overlap` characters."""
+    passages: list[str] = []
+    current = ""
+    carried = ""  # the overlap: what the next passage starts with
+    for piece in pieces:
+        joined = f"{current}\n\n{piece}" if current else (f"{carried} {piece}".strip() if carried else piece)
+        if len(joined) <= size:
+            current = joined
+            continue
+        if current:
+            passages.append(current)
+            carried = _tail(current, overlap)
+        current = f"{carried} {piece}".strip() if carried else piece
+        if len(current) > size:  # the carried words do not fit with this piece: start it alone
+            current = piece
+    if current and (not passages or current != carried):
+        passages.append(current)
+    return passages
+
+
+def _tail(text: str, overlap: int) -> str:
+    """The last `overlap` characters of `text`, starting at a word."""
+    if overlap <= 0 or len(text) <= overlap:
+        return "" if overlap <= 0 else text
+    tail = text[-overlap:]
+    space = tail.find(" ")
+    return tail[space + 1:] if 0 <= space < len(tail) - 1 else tail

@@ -1,0 +1,40 @@
+"""A file into a knowledge collection: read in parts with their locations (reading.py), cut into passages
+(chunking.py), stored with the per-user limits (app/storage/knowledge.py). Every refusal is a KnowledgeRefused or a
+DocumentError whose message says what to do."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from pathlib import PurePath
+
+from app.config import DocumentSettings, KnowledgeSettings
+from app.knowledge.chunking import chunk
+from app.knowledge.reading import read_parts
+from app.storage.knowledge import KnowledgeDocument, KnowledgeLimits, KnowledgeRefused, KnowledgeStore, NewPassage
+
+Progress = Callable[[str], None]  # what is being done now, for a status line
+
+
+def add_file(store: KnowledgeStore, owner: str, collection_id: str, name: str, data: bytes,
+             settings: KnowledgeSettings | None = None, progress: Progress | None = None) -> KnowledgeDocument:
+    """Reads `data` (a PDF, DOCX, PPTX, HTML, Markdown or text file) into the collection."""
+    settings = settings or KnowledgeSettings.from_env()
+    name = PurePath(name).name or "document"
+    if len(data) > settings.max_file_mb * 2**20:
+        raise KnowledgeRefused(f"{name} is {len(data) / 2**20:,.1f} MB; files up to {settings.max_file_mb:,} MB are "
+                               "read into knowledge (DEMO_KNOWLEDGE_MAX_FILE_MB).")
+    say = progress or (lambda _: None)
+    say(f"Reading {name}")
+    parts, cut = read_parts(name, data, DocumentSettings.from_env(),
+                            on_part=lambda count: say(f"Reading {name}: {count:,} parts") if count % 25 == 0 else None)
+    passages = chunk(parts, settings.passage_chars, settings.overlap_chars)
+    if len(passages) > settings.max_passages_per_document:
+        raise KnowledgeRefused(
+            f"{name} makes {len(passages):,} passages, more than the {settings.max_passages_per_document:,} allowed "
+            "for one document (DEMO_KNOWLEDGE_MAX_DOCUMENT_PASSAGES): split it, or ask an administrator.")
+    say(f"Storing {len(passages):,} passages of {name}")
+    limits = KnowledgeLimits(settings.max_documents, settings.max_passages, settings.max_mb)
+    return store.add_document(owner, collection_id, name, hashlib.sha256(data).hexdigest(), len(data),
+                              [NewPassage(passage.location, passage.text) for passage in passages], note=cut,
+                              limits=limits)

@@ -1,0 +1,252 @@
+"""KnowledgeStore: users' documents as searchable passages (tables knowledge_collections, knowledge_documents,
+knowledge_chunks), and full-text search over them in the database itself: SQLite's FTS5 (BM25) or PostgreSQL's
+text search (ts_rank_cd over the GIN-indexed tsvector). Works offline, with no model.
+
+Each method takes the owner first and only touches that owner's rows; another owner's collection behaves exactly
+like a missing one. Per-user limits (documents, passages, bytes) are checked before a document is stored, in the
+same transaction, so two uploads at once cannot both slip under them.
+"""
+
+from __future__ import annotations
+
+import builtins
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy import bindparam, delete, func, insert, select, text, update
+from sqlalchemy.orm import Session
+
+from app.storage.database import rowcount
+from app.storage.sessions import EngineStore
+from app.storage.tables import KNOWLEDGE_FTS_TABLE, KNOWLEDGE_LANGUAGE
+from app.storage.tables import KnowledgeChunkRow as K
+from app.storage.tables import KnowledgeCollectionRow as C
+from app.storage.tables import KnowledgeDocumentRow as D
+
+MAX_NAME = 200
+MAX_DOCUMENT_NAME = 300
+MAX_LOCATION = 200
+MAX_QUERY_TERMS = 32
+_WORD = re.compile(r"\w+")
+_INSERT_BATCH = 500
+
+
+class KnowledgeRefused(ValueError):
+    """A request the store refuses, with a message for the user: a limit reached, a name taken, a missing
+    collection."""
+
+
+@dataclass(frozen=True)
+class KnowledgeLimits:
+    """What one user may keep (DEMO_KNOWLEDGE_MAX_*): each refused with a message that names the variable."""
+
+    documents: int = 1000
+    passages: int = 200_000
+    megabytes: int = 1000  # of the files as uploaded
+
+
+@dataclass(frozen=True)
+class Collection:
+    id: str
+    name: str
+    created_at: datetime
+    updated_at: datetime
+    documents: int
+    passages: int
+
+
+@dataclass(frozen=True)
+class KnowledgeDocument:
+    id: str
+    collection_id: str
+    name: str
+    size_bytes: int
+    characters: int
+    passages: int
+    note: str  # why reading stopped early, "" when it did not
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A passage that matched, with its source; `score`: higher is better (BM25 or ts_rank_cd, per backend)."""
+
+    passage_id: int
+    document_id: str
+    document_name: str
+    collection_id: str
+    location: str
+    text: str
+    score: float
+
+
+@dataclass(frozen=True)
+class NewPassage:
+    location: str
+    text: str
+
+
+class KnowledgeStore(EngineStore):
+    """Collections, documents and passages on one engine. Thread-safe; database failures raise StorageError."""
+
+    # ----- collections -------------------------------------------------------------------------------------------
+
+    def create_collection(self, owner: str, name: str) -> Collection:
+        name = _name(name)
+        now = datetime.now(UTC)
+        with self._writing() as session:
+            taken = session.scalar(select(func.count()).where(C.owner == owner, C.name == name))
+            if taken:
+                raise KnowledgeRefused(f"You already have a collection named {name!r}: pick another name.")
+            row = C(id=str(uuid.uuid4()), owner=owner, name=name, created_at=now, updated_at=now)
+            session.add(row)
+        return Collection(row.id, row.name, now, now, 0, 0)
+
+    def collections(self, owner: str) -> builtins.list[Collection]:
+        """The owner's collections by name, with how many documents and passages each holds."""
+        with self._reading() as session:
+            rows = session.execute(
+                select(C.id, C.name, C.created_at, C.updated_at, func.count(D.id), func.coalesce(func.sum(
+                    D.chunk_count), 0))
+                .outerjoin(D, D.collection_id == C.id).where(C.owner == owner)
+                .group_by(C.id, C.name, C.created_at, C.updated_at).order_by(C.name, C.id)).all()
+        return [Collection(*row[:4], int(row[4]), int(row[5])) for row in rows]
+
+    def collection(self, owner: str, collection_id: str) -> Collection | None:
+        return next((found for found in self.collections(owner) if found.id == collection_id), None)
+
+    def rename_collection(self, owner: str, collection_id: str, name: str) -> None:
+        name = _name(name)
+        with self._writing() as session:
+            if session.scalar(select(func.count()).where(C.owner == owner, C.name == name, C.id != collection_id)):
+                raise KnowledgeRefused(f"You already have a collection named {name!r}: pick another name.")
+            done = session.execute(update(C).where(C.owner == owner, C.id == collection_id).values(
+                name=name, updated_at=datetime.now(UTC)))
+            if not rowcount(done):
+                raise KnowledgeRefused("That collection does not exist (any more).")
+
+    def delete_collection(self, owner: str, collection_id: str) -> bool:
+        """Deletes the collection with its documents and passages; False if there was none."""
+        with self._writing() as session:
+            documents = select(D.id).where(D.owner == owner, D.collection_id == collection_id)
+            session.execute(delete(K).where(K.document_id.in_(documents)))  # the FTS triggers see each passage go
+            session.execute(delete(D).where(D.owner == owner, D.collection_id == collection_id))
+            return rowcount(session.execute(delete(C).where(C.owner == owner, C.id == collection_id))) > 0
+
+    # ----- documents ---------------------------------------------------------------------------------------------
+
+    def add_document(self, owner: str, collection_id: str, name: str, sha256: str, size_bytes: int,
+                     passages: Sequence[NewPassage], note: str = "",
+                     limits: KnowledgeLimits | None = None) -> KnowledgeDocument:
+        """Stores a read document's passages. KnowledgeRefused when the collection is not the owner's, the same
+        file is in it already, or the owner's limits would be passed."""
+        limits = limits or KnowledgeLimits()
+        name = (name.strip() or "document")[:MAX_DOCUMENT_NAME]
+        if not passages:
+            raise KnowledgeRefused(f"{name} has no text to search.")
+        now = datetime.now(UTC)
+        characters = sum(len(passage.text) for passage in passages)
+        with self._writing() as session:
+            if not session.scalar(select(func.count()).where(C.owner == owner, C.id == collection_id)):
+                raise KnowledgeRefused("That collection does not exist (any more).")
+            same = session.scalar(select(D.name).where(D.collection_id == collection_id, D.sha256 == sha256))
+            if same is not None:
+                raise KnowledgeRefused(f"{name} is in this collection already (as {same}).")
+            _check_limits(session, owner, len(passages), size_bytes, limits)
+            row = D(id=str(uuid.uuid4()), collection_id=collection_id, owner=owner, name=name, sha256=sha256,
+                    size_bytes=size_bytes, characters=characters, chunk_count=len(passages), note=note[:2000],
+                    created_at=now)
+            session.add(row)
+            session.flush()
+            rows = [{"document_id": row.id, "ordinal": index, "location": passage.location[:MAX_LOCATION],
+                     "text": passage.text} for index, passage in enumerate(passages)]
+            for start in range(0, len(rows), _INSERT_BATCH):
+                session.execute(insert(K), rows[start:start + _INSERT_BATCH])
+            session.execute(update(C).where(C.id == collection_id).values(updated_at=now))
+        return _document(row)
+
+    def documents(self, owner: str, collection_id: str) -> builtins.list[KnowledgeDocument]:
+        with self._reading() as session:
+            rows = session.scalars(select(D).where(D.owner == owner, D.collection_id == collection_id)
+                                   .order_by(D.name, D.id)).all()
+        return [_document(row) for row in rows]
+
+    def delete_document(self, owner: str, document_id: str) -> bool:
+        with self._writing() as session:
+            owned = select(D.id).where(D.owner == owner, D.id == document_id)
+            session.execute(delete(K).where(K.document_id.in_(owned)))
+            return rowcount(session.execute(delete(D).where(D.owner == owner, D.id == document_id))) > 0
+
+    # ----- search ------------------------------------------------------------------------------------------------
+
+    def search(self, owner: str, collection_ids: Sequence[str], query: str, limit: int = 5) -> builtins.list[Hit]:
+        """The passages of the owner's collections that best match `query`'s words, best first. The words are
+        matched as words (any of them; stemmed), so no query syntax reaches the database."""
+        terms = list(dict.fromkeys(word.casefold() for word in _WORD.findall(query)))[:MAX_QUERY_TERMS]
+        if not terms or not collection_ids:
+            return []
+        limit = max(1, min(int(limit), 50))
+        with self._reading() as session:
+            if session.get_bind().dialect.name == "postgresql":
+                statement = text(
+                    "SELECT c.id, c.document_id, d.name, d.collection_id, c.location, c.text, "
+                    f"ts_rank_cd(to_tsvector('{KNOWLEDGE_LANGUAGE}', c.text), q) AS score "
+                    f"FROM knowledge_chunks c JOIN knowledge_documents d ON d.id = c.document_id, "
+                    f"to_tsquery('{KNOWLEDGE_LANGUAGE}', :query) q "
+                    f"WHERE to_tsvector('{KNOWLEDGE_LANGUAGE}', c.text) @@ q "
+                    "AND d.owner = :owner AND d.collection_id IN :ids ORDER BY score DESC, c.id LIMIT :limit")
+                match = " | ".join(terms)
+            else:
+                statement = text(
+                    "SELECT c.id, c.document_id, d.name, d.collection_id, c.location, c.text, "
+                    f"-bm25({KNOWLEDGE_FTS_TABLE}) AS score FROM {KNOWLEDGE_FTS_TABLE} f "
+                    "JOIN knowledge_chunks c ON c.id = f.rowid JOIN knowledge_documents d ON d.id = c.document_id "
+                    f"WHERE {KNOWLEDGE_FTS_TABLE} MATCH :query AND d.owner = :owner AND d.collection_id IN :ids "
+                    "ORDER BY score DESC, c.id LIMIT :limit")
+                match = " OR ".join(f'"{term}"' for term in terms)  # \w+ words: no quote can be in one
+            rows = session.execute(statement.bindparams(bindparam("ids", expanding=True)),
+                                   {"query": match, "owner": owner, "ids": list(collection_ids),
+                                    "limit": limit}).all()
+        return [Hit(int(row[0]), row[1], row[2], row[3], row[4], row[5], float(row[6])) for row in rows]
+
+    def passage(self, owner: str, passage_id: int) -> Hit | None:
+        """One passage by id (a citation's), if it is the owner's."""
+        with self._reading() as session:
+            row = session.execute(
+                select(K.id, K.document_id, D.name, D.collection_id, K.location, K.text)
+                .join(D, D.id == K.document_id).where(K.id == passage_id, D.owner == owner)).first()
+        return Hit(int(row[0]), row[1], row[2], row[3], row[4], row[5], 0.0) if row else None
+
+
+def _check_limits(session: Session, owner: str, passages: int, size_bytes: int, limits: KnowledgeLimits) -> None:
+    documents, chunks, stored = session.execute(
+        select(func.count(D.id), func.coalesce(func.sum(D.chunk_count), 0), func.coalesce(func.sum(D.size_bytes), 0))
+        .where(D.owner == owner)).one()
+    if documents + 1 > limits.documents:
+        raise KnowledgeRefused(f"You keep {documents:,} documents, the most allowed (DEMO_KNOWLEDGE_MAX_DOCUMENTS): "
+                               "delete some first.")
+    if chunks + passages > limits.passages:
+        raise KnowledgeRefused(
+            f"This document's {passages:,} passages would take you past {limits.passages:,} "
+            f"(DEMO_KNOWLEDGE_MAX_PASSAGES; you keep {int(chunks):,}): delete some documents first.")
+    if stored + size_bytes > limits.megabytes * 2**20:
+        raise KnowledgeRefused(
+            f"This document would take your documents past {limits.megabytes:,} MB (DEMO_KNOWLEDGE_MAX_MB; you keep "
+            f"{int(stored) / 2**20:,.1f} MB): delete some documents first.")
+
+
+def _name(name: str) -> str:
+    name = " ".join(str(name).split())
+    if not name:
+        raise KnowledgeRefused("A collection needs a name.")
+    if len(name) > MAX_NAME:
+        raise KnowledgeRefused(f"A collection's name is at most {MAX_NAME} characters.")
+    return name
+
+
+def _document(row: D) -> KnowledgeDocument:
+    return KnowledgeDocument(row.id, row.collection_id, row.name, row.size_bytes, row.characters, row.chunk_count,
+                             row.note, row.created_at)
