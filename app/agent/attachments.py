@@ -19,10 +19,14 @@ Upload = tuple[str, bytes]  # an attached file: its name and its bytes
 # Told of every document that was read (the All Tools page copies it to the Python tool's folder); what it returns
 # is ignored. A DocumentError it raises makes the document a note, like one that could not be read.
 OnUpload = Callable[[str, bytes], object]
+# Reads an uploaded document into an attachment (DocumentError when it cannot be read): by default its text, cut to
+# the prompt's budget; a page with knowledge passes app/knowledge/conversation.py's LongDocuments, which makes a long
+# one searchable instead.
+DocumentReader = Callable[[str, bytes], Attachment]
 
 
 def user_message(text: str, files: Sequence[Upload] = (), on_upload: OnUpload | None = None,
-                 ready: Sequence[Attachment] = ()) -> Message | None:
+                 ready: Sequence[Attachment] = (), read: DocumentReader = document_attachment) -> Message | None:
     """The user's message from the text typed and the files attached, or None when there is nothing to send.
     `ready`: attachments already made (an MCP server's resources, app/mcp_client/resources.py), sent along.
 
@@ -36,7 +40,7 @@ def user_message(text: str, files: Sequence[Upload] = (), on_upload: OnUpload | 
     attachments: list[Attachment] = list(pictures)
     for name, data in files:
         if not is_image_name(name):
-            attachments.append(_document(name, data, on_upload))
+            attachments.append(_document(name, data, on_upload, read))
     attachments += [attachment for attachment in ready if attachment.kind != "image"]
     if not text.strip() and not attachments:
         return None
@@ -48,9 +52,9 @@ def is_image_name(name: str) -> bool:
     return name.rsplit(".", 1)[-1].lower() in IMAGE_TYPES
 
 
-def _document(name: str, data: bytes, on_upload: OnUpload | None) -> Attachment:
+def _document(name: str, data: bytes, on_upload: OnUpload | None, read: DocumentReader) -> Attachment:
     try:
-        attachment = document_attachment(name, data)
+        attachment = read(name, data)
         if on_upload is not None:
             on_upload(name, data)
     except DocumentError as exc:

@@ -31,36 +31,40 @@ def chunk(parts: list[Part], size: int = 1200, overlap: int = 200) -> list[Passa
     return passages
 
 
-def _pieces(text: str, limit: int) -> list[str]:
-    """A part cut into pieces of at most `limit` characters: its paragraphs, a long one at its sentences, a long
-    sentence at its words, a long word where it must."""
-    pieces: list[str] = []
+def _pieces(text: str, limit: int) -> list[tuple[str, bool]]:
+    """A part cut into pieces of at most `limit` characters, each marked whether it starts a paragraph: its
+    paragraphs, a long one at its sentences, a long sentence at its words, a long word where it must."""
+    pieces: list[tuple[str, bool]] = []
     for paragraph in re.split(r"\n\s*\n", text.strip()):
         paragraph = paragraph.strip()
         if not paragraph:
             continue
         if len(paragraph) <= limit:
-            pieces.append(paragraph)
+            pieces.append((paragraph, True))
             continue
+        first = True
         for sentence in _SENTENCE_END.split(paragraph):
             while len(sentence) > limit:
                 cut = sentence.rfind(" ", 0, limit)
                 cut = cut if cut > limit // 2 else limit
-                pieces.append(sentence[:cut].strip())
+                pieces.append((sentence[:cut].strip(), first))
+                first = False
                 sentence = sentence[cut:].strip()
             if sentence:
-                pieces.append(sentence)
+                pieces.append((sentence, first))
+                first = False
     return pieces
 
 
-def _pack(pieces: list[str], size: int, overlap: int) -> list[str]:
-    """Pieces joined into passages of at most `size` characters; each passage after the first starts with the
-    last whole pieces (or words) of the one before, up to `overlap` characters."""
+def _pack(pieces: list[tuple[str, bool]], size: int, overlap: int) -> list[str]:
+    """Pieces joined into passages of at most `size` characters (a paragraph after a blank line, a sentence after
+    a space); each passage after the first starts with the last words of the one before, up to `overlap`."""
     passages: list[str] = []
     current = ""
     carried = ""  # the overlap: what the next passage starts with
-    for piece in pieces:
-        joined = f"{current}\n\n{piece}" if current else (f"{carried} {piece}".strip() if carried else piece)
+    for piece, starts_paragraph in pieces:
+        joiner = "\n\n" if starts_paragraph else " "
+        joined = f"{current}{joiner}{piece}" if current else (f"{carried} {piece}".strip() if carried else piece)
         if len(joined) <= size:
             current = joined
             continue

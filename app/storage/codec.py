@@ -107,6 +107,10 @@ def _message_blocks(message: Message) -> list[str]:
         if attachment.kind == "image" and attachment.data:
             data = base64.b64encode(attachment.data).decode("ascii")
             blocks.append(f"![{name}](data:{_image_type(attachment.data)};base64,{data}){note}")
+        elif attachment.kind == "passages":
+            blocks.append(f"**Sources:** {name}{note}" + "".join(
+                f"\n\n[{source.number}] {_escape_line(source.document)}, {_escape_line(source.location)}\n\n"
+                + _fenced(source.text, "text") for source in attachment.sources))
         else:
             blocks.append(f"**Attachment:** {name}{note}" + ("\n\n" + _fenced(attachment.text, "text")
                                                                if attachment.text else ""))

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import bindparam, delete, func, insert, select, text, update
+from sqlalchemy import String, bindparam, delete, func, insert, select, text, update
 from sqlalchemy.orm import Session
 
 from app.storage.database import rowcount
@@ -168,6 +168,26 @@ class KnowledgeStore(EngineStore):
             session.execute(update(C).where(C.id == collection_id).values(updated_at=now))
         return _document(row)
 
+    def find_document(self, owner: str, collection_id: str, sha256: str) -> KnowledgeDocument | None:
+        """The document of these bytes in the collection, if it is there."""
+        with self._reading() as session:
+            row = session.scalars(select(D).where(D.owner == owner, D.collection_id == collection_id,
+                                                  D.sha256 == sha256)).first()
+        return _document(row) if row is not None else None
+
+    def collection_named(self, owner: str, name: str) -> Collection:
+        """The owner's collection of this name, made if there is none (two callers at once get the same one)."""
+        name = _name(name)
+        with self._writing() as session:
+            row = session.scalars(select(C).where(C.owner == owner, C.name == name)).first()
+            if row is None:
+                now = datetime.now(UTC)
+                row = C(id=str(uuid.uuid4()), owner=owner, name=name, created_at=now, updated_at=now)
+                session.add(row)
+        found = self.collection(owner, row.id)
+        assert found is not None
+        return found
+
     def documents(self, owner: str, collection_id: str) -> builtins.list[KnowledgeDocument]:
         with self._reading() as session:
             rows = session.scalars(select(D).where(D.owner == owner, D.collection_id == collection_id)
@@ -182,11 +202,12 @@ class KnowledgeStore(EngineStore):
 
     # ----- search ------------------------------------------------------------------------------------------------
 
-    def search(self, owner: str, collection_ids: Sequence[str], query: str, limit: int = 5) -> builtins.list[Hit]:
-        """The passages of the owner's collections that best match `query`'s words, best first. The words are
-        matched as words (any of them; stemmed), so no query syntax reaches the database."""
+    def search(self, owner: str, collection_ids: Sequence[str], query: str, limit: int = 5,
+               document_ids: Sequence[str] = ()) -> builtins.list[Hit]:
+        """The passages of the owner's collections (and single documents) that best match `query`'s words, best
+        first. The words are matched as words (any of them; stemmed), so no query syntax reaches the database."""
         terms = list(dict.fromkeys(word.casefold() for word in _WORD.findall(query)))[:MAX_QUERY_TERMS]
-        if not terms or not collection_ids:
+        if not terms or not (collection_ids or document_ids):
             return []
         limit = max(1, min(int(limit), 50))
         with self._reading() as session:
@@ -197,19 +218,21 @@ class KnowledgeStore(EngineStore):
                     f"FROM knowledge_chunks c JOIN knowledge_documents d ON d.id = c.document_id, "
                     f"to_tsquery('{KNOWLEDGE_LANGUAGE}', :query) q "
                     f"WHERE to_tsvector('{KNOWLEDGE_LANGUAGE}', c.text) @@ q "
-                    "AND d.owner = :owner AND d.collection_id IN :ids ORDER BY score DESC, c.id LIMIT :limit")
+                    "AND d.owner = :owner AND (d.collection_id IN :ids OR d.id IN :documents) "
+                    "ORDER BY score DESC, c.id LIMIT :limit")
                 match = " | ".join(terms)
             else:
                 statement = text(
                     "SELECT c.id, c.document_id, d.name, d.collection_id, c.location, c.text, "
                     f"-bm25({KNOWLEDGE_FTS_TABLE}) AS score FROM {KNOWLEDGE_FTS_TABLE} f "
                     "JOIN knowledge_chunks c ON c.id = f.rowid JOIN knowledge_documents d ON d.id = c.document_id "
-                    f"WHERE {KNOWLEDGE_FTS_TABLE} MATCH :query AND d.owner = :owner AND d.collection_id IN :ids "
-                    "ORDER BY score DESC, c.id LIMIT :limit")
+                    f"WHERE {KNOWLEDGE_FTS_TABLE} MATCH :query AND d.owner = :owner "
+                    "AND (d.collection_id IN :ids OR d.id IN :documents) ORDER BY score DESC, c.id LIMIT :limit")
                 match = " OR ".join(f'"{term}"' for term in terms)  # \w+ words: no quote can be in one
-            rows = session.execute(statement.bindparams(bindparam("ids", expanding=True)),
-                                   {"query": match, "owner": owner, "ids": list(collection_ids),
-                                    "limit": limit}).all()
+            statement = statement.bindparams(bindparam("ids", expanding=True, type_=String()),
+                                             bindparam("documents", expanding=True, type_=String()))
+            rows = session.execute(statement, {"query": match, "owner": owner, "ids": list(collection_ids),
+                                               "documents": list(document_ids), "limit": limit}).all()
         return [Hit(int(row[0]), row[1], row[2], row[3], row[4], row[5], float(row[6])) for row in rows]
 
     def passage(self, owner: str, passage_id: int) -> Hit | None:

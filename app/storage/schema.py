@@ -15,8 +15,11 @@ A message record is a JSON object; fields at their default are left out when wri
                  "cached_tokens": int},
      "error": str, "tool_status": "ok" | "failed" | "stopped" | "denied", "duration_s": float, "display_text": str,
      "structured": {...},                                    # a tool's result as a JSON object, where it gave one
-     "attachments": [{"kind": "image" | "document", "name": str, "note": str, "text": str,
-                      "data": standard base64 of the bytes}],
+     "attachments": [{"kind": "image" | "document" | "passages", "name": str, "note": str, "text": str,
+                      "data": standard base64 of the bytes,
+                      "collection": str, "document_id": str,  # a long document: where it is in knowledge
+                      "sources": [{"number": int, "document": str, "location": str, "text": str,
+                                   "passage_id": int | null}]}],  # "passages": what was retrieved
      "thinking": str,                                        # a reasoning model's thought
      "versions": [[message record, ...], ...],               # the other versions from this message on
      "version_index": int}                                   # this message's place among all of them
@@ -55,7 +58,7 @@ from pydantic import (
     field_validator,
 )
 
-from app.domain.conversation import AnswerMetrics, Attachment, Message, ToolCall
+from app.domain.conversation import AnswerMetrics, Attachment, Message, Source, ToolCall
 from app.tools.policy import RunPolicy
 
 
@@ -154,12 +157,23 @@ class MetricsRecord(Record):
     cached_tokens: int = 0
 
 
+class SourceRecord(Record):
+    number: int = Field(ge=1)
+    document: str
+    location: str
+    text: str
+    passage_id: int | None = None
+
+
 class AttachmentRecord(Record):
-    kind: Literal["image", "document"]
+    kind: Literal["image", "document", "passages"]
     name: str
     note: str = ""
     text: str = ""
     data: Base64Bytes = b""
+    collection: str = ""  # optional: records written before knowledge have none
+    document_id: str = ""
+    sources: list[SourceRecord] = Field(default_factory=list)
 
 
 class MessageRecord(Record):
@@ -203,7 +217,8 @@ class MessageRecord(Record):
             **self.__dict__,
             "tool_calls": [ToolCall(**call.__dict__) for call in self.tool_calls],
             "metrics": AnswerMetrics(**self.metrics.__dict__) if self.metrics else None,
-            "attachments": [Attachment(**attachment.__dict__) for attachment in self.attachments],
+            "attachments": [Attachment(**{**attachment.__dict__, "sources": [
+                Source(**source.__dict__) for source in attachment.sources]}) for attachment in self.attachments],
             "versions": [[record.to_message() for record in version] for version in self.versions],
         })
 

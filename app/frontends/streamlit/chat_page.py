@@ -15,7 +15,7 @@ from app.clients.choice import fallback_note
 from app.clients.client_protocol import Client
 from app.domain.conversation import Conversation, Message
 from app.domain.media import ImageError
-from app.frontends.streamlit import approvals, model_status, persistence, state
+from app.frontends.streamlit import approvals, knowledge_chat, model_status, persistence, state
 from app.frontends.streamlit.live_turn import stream_turn
 from app.frontends.streamlit.messages import render_message
 from app.frontends.streamlit.safe_markdown import safe_markdown
@@ -57,9 +57,13 @@ def answer_if_asked(
         _refuse_message(submitted, exc)
         return
     if message is not None:
-        render_message(conversation.add(message))
+        conversation.add(message)
+        knowledge_chat.passages_for_turn(conversation)  # before it is drawn: its sources show while it is answered
+        render_message(message)
         persistence.save(page, conversation)  # stored before the answer starts: a crash loses only the answer
         wants_answer = True
+    elif request is not None and request.decisions is None:  # Regenerate or Resend: searched again
+        knowledge_chat.passages_for_turn(conversation)
     if not wants_answer:
         offer_text_only_answer(page, conversation, client)
         return
@@ -94,7 +98,7 @@ def user_message(submitted: Any, on_upload: attachments.OnUpload | None = None) 
     files = [] if isinstance(submitted, str) else list(getattr(submitted, "files", []) or [])
     uploads = [(upload.name, upload.getvalue()) for upload in files]
     ready = [] if isinstance(submitted, str) else list(getattr(submitted, "attachments", []) or [])
-    return attachments.user_message(_submitted_text(submitted), uploads, on_upload, ready)
+    return attachments.user_message(_submitted_text(submitted), uploads, on_upload, ready, knowledge_chat.reader())
 
 
 def _submitted_text(submitted: Any) -> str:

@@ -11,7 +11,15 @@ from streamlit.delta_generator import DeltaGenerator
 
 from app.agent.loop import ToolSettings, pending_calls
 from app.domain.conversation import Conversation, Message, ToolCall
-from app.frontends.streamlit import approvals, history_window, message_actions, persistence, shown_images, state
+from app.frontends.streamlit import (
+    approvals,
+    history_window,
+    knowledge_chat,
+    message_actions,
+    persistence,
+    shown_images,
+    state,
+)
 from app.frontends.streamlit.line_breaks import keep_line_breaks
 from app.frontends.streamlit.safe_markdown import safe_label, safe_markdown
 from app.frontends.streamlit.tool_cards import arguments, card_label, card_state, result_body, tool_images
@@ -120,7 +128,9 @@ def render_answer(
         if after_tool:
             model_answer_mark()
         st.markdown(text_markdown(content))
-    for document in (a for a in message.attachments if a.kind == "document"):
+    for document in (a for a in message.attachments if a.kind in ("document", "passages")):
+        if knowledge_chat.render_knowledge(document):
+            continue
         if not document.text:
             st.warning(safe_markdown(f"{document.name}: {document.note}"), icon=":material/warning:")
             continue

@@ -1,0 +1,59 @@
+"""Chatting with a long document in Chromium, as a user does: `make run` on the embedded SmolLM2, a 300-page PDF
+attached to a Chat message and a question about page 212. The page says the document is searched, the question
+goes out with the passages that answer it, the answer comes, and its sources open on page 212; a follow-up question
+without the file searches it again. Then a refresh: the conversation comes back with its sources."""
+
+from __future__ import annotations
+
+import re
+
+from playwright.sync_api import expect
+
+from tests.helpers import model_loaded, readme_screenshot, stop_and_check
+from tests.knowledge_fixtures import FACTS, long_pdf_bytes
+
+
+def test_a_long_pdf_is_searched_for_each_question_and_its_sources_open(app_url, browser, tmp_path):
+    pdf = tmp_path / "local-history.pdf"
+    pdf.write_bytes(long_pdf_bytes())
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    page.goto(app_url)
+    model_loaded(page, 120_000)
+    page.locator('[data-testid="stChatInput"] input[type="file"]').set_input_files(str(pdf))
+    page.get_by_text("local-history.pdf").first.wait_for(timeout=10_000)
+    box = page.get_by_test_id("stChatInputTextArea")
+    box.fill(FACTS[212][1])
+    expect(page.get_by_test_id("stChatInputSubmitButton")).to_be_enabled(timeout=60_000)
+    box.press("Enter")
+
+    question = page.locator('[data-testid="stChatMessage"]').nth(0)
+    expect(question).to_contain_text(re.compile(r"local-history\.pdf · too long to read whole .* searched for each "
+                                                r"question"), timeout=120_000)
+    sources = question.get_by_test_id("stExpander").filter(has_text="Sources")
+    expect(sources).to_contain_text("passages from local-history.pdf", timeout=60_000)
+    answer = page.locator('[data-testid="stChatMessage"]').nth(1)
+    stop_and_check(page, answer)  # once it has written a little: enough of the 135M model's answer
+    sources.locator("summary").click()
+    expect(sources).to_contain_text("[1] local-history.pdf · page 212")
+    expect(sources).to_contain_text("eleven shillings")
+    page.mouse.move(700, 5)
+    readme_screenshot(page, "knowledge-chat.png")
+
+    # A follow-up without the file: the same document is searched for it.
+    box.fill(FACTS[37][1])
+    box.press("Enter")
+    follow_up = page.locator('[data-testid="stChatMessage"]').nth(2)
+    follow_sources = follow_up.get_by_test_id("stExpander").filter(has_text="Sources")
+    expect(follow_sources).to_contain_text("passages from local-history.pdf", timeout=120_000)
+    follow_answer = page.locator('[data-testid="stChatMessage"]').nth(3)
+    stop_and_check(page, follow_answer)
+    follow_sources.locator("summary").click()
+    expect(follow_sources).to_contain_text("[1] local-history.pdf · page 37")
+
+    page.reload()  # the saved conversation comes back with what each question was answered from
+    model_loaded(page, 120_000)
+    restored = page.locator('[data-testid="stChatMessage"]').nth(2).get_by_test_id("stExpander").filter(
+        has_text="Sources")
+    restored.locator("summary").click(timeout=60_000)
+    expect(restored).to_contain_text("[1] local-history.pdf · page 37")
+    page.close()
