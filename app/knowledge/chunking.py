@@ -1,7 +1,8 @@
 """Parts of a document (app/knowledge/reading.py) packed into passages for search: about `size` characters each,
-cut at paragraph, then sentence, then word boundaries, never across two locations (a passage is on one page, one
+cut at paragraph, then sentence, then word boundaries, never across two sections (a passage is on one page, one
 slide, under one heading), and each starting with the end of the one before it (`overlap`), so that a sentence cut
-between two passages is found whole in one of them."""
+between two passages is found whole in one of them. Parts located only by their place ("line 40", "paragraph 7":
+text with no headings) are one section, and a passage is located where it starts."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from itertools import groupby
 from app.tools.documents import Part
 
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+")
+_BY_PLACE = re.compile(r"^(line|paragraph) \d+$")
 
 
 @dataclass(frozen=True)
@@ -25,9 +27,10 @@ def chunk(parts: list[Part], size: int = 1200, overlap: int = 200) -> list[Passa
     if size < 100 or not 0 <= overlap < size // 2:
         raise ValueError("a passage is at least 100 characters, and overlaps less than half of it")
     passages: list[Passage] = []
-    for location, group in groupby(parts, key=lambda part: part.location):
-        pieces = [piece for part in group for piece in _pieces(part.text, size - overlap)]
-        passages.extend(Passage(location, text) for text in _pack(pieces, size, overlap))
+    for _, group in groupby(parts, key=lambda part: "" if _BY_PLACE.match(part.location) else part.location):
+        pieces = [(text, starts, part.location) for part in group
+                  for text, starts in _pieces(part.text, size - overlap)]
+        passages.extend(_pack(pieces, size, overlap))
     return passages
 
 
@@ -56,26 +59,27 @@ def _pieces(text: str, limit: int) -> list[tuple[str, bool]]:
     return pieces
 
 
-def _pack(pieces: list[tuple[str, bool]], size: int, overlap: int) -> list[str]:
+def _pack(pieces: list[tuple[str, bool, str]], size: int, overlap: int) -> list[Passage]:
     """Pieces joined into passages of at most `size` characters (a paragraph after a blank line, a sentence after
-    a space); each passage after the first starts with the last words of the one before, up to `overlap`."""
-    passages: list[str] = []
-    current = ""
+    a space), each located where its first piece is; each passage after the first starts with the last words of the
+    one before, up to `overlap`."""
+    passages: list[Passage] = []
+    current, where = "", ""
     carried = ""  # the overlap: what the next passage starts with
-    for piece, starts_paragraph in pieces:
+    for piece, starts_paragraph, location in pieces:
         joiner = "\n\n" if starts_paragraph else " "
         joined = f"{current}{joiner}{piece}" if current else (f"{carried} {piece}".strip() if carried else piece)
         if len(joined) <= size:
-            current = joined
+            current, where = joined, where if current else location
             continue
         if current:
-            passages.append(current)
+            passages.append(Passage(where, current))
             carried = _tail(current, overlap)
-        current = f"{carried} {piece}".strip() if carried else piece
+        current, where = (f"{carried} {piece}".strip() if carried else piece), location
         if len(current) > size:  # the carried words do not fit with this piece: start it alone
             current = piece
     if current and (not passages or current != carried):
-        passages.append(current)
+        passages.append(Passage(where, current))
     return passages
 
 

@@ -52,24 +52,27 @@ def read_parts(name: str, data: bytes, settings: DocumentSettings | None = None,
 
 
 def _markdown_parts(text: str) -> Iterator[Part]:
-    """Paragraphs under the heading they follow; fenced code is kept whole, and a `#` in it is no heading."""
-    heading, fenced = "", False
+    """Paragraphs under the heading they follow (before the first heading: by line); fenced code is kept whole,
+    and a `#` in it is no heading."""
+    heading, fenced, start = "", False, 1
     paragraph: list[str] = []
-    for line in text.splitlines():
+    for number, line in enumerate(text.splitlines(), 1):
         if line.lstrip().startswith(("```", "~~~")):
             fenced = not fenced
         found = None if fenced else _MARKDOWN_HEADING.match(line)
         if found or (not line.strip() and not fenced):
             if paragraph:
-                yield Part(heading, "\n".join(paragraph))
+                yield Part(heading or f"line {start}", "\n".join(paragraph))
                 paragraph = []
             if found:
                 heading = found.group(2)[:200]
                 yield Part(heading, found.group(2))
             continue
+        if not paragraph:
+            start = number
         paragraph.append(line)
     if paragraph:
-        yield Part(heading, "\n".join(paragraph))
+        yield Part(heading or f"line {start}", "\n".join(paragraph))
 
 
 def _html_parts(text: str) -> Iterator[Part]:
@@ -82,7 +85,7 @@ def _html_parts(text: str) -> Iterator[Part]:
     for tag, content in reader.blocks:
         if tag in _HEADINGS:
             heading = content[:200]
-        yield Part(heading, content)
+        yield Part(heading or "top of the page", content)
 
 
 class _HtmlBlocks(HTMLParser):

@@ -264,17 +264,18 @@ def _docx(name: str, data: bytes, settings: DocumentSettings) -> Iterator[Part |
     check_office_zip(name, data, settings)
     document = Document(io.BytesIO(data))
     heading = ""
-    for block in document.iter_inner_content():  # paragraphs and tables in document order
+    for number, block in enumerate(document.iter_inner_content(), 1):  # paragraphs and tables in document order
+        where = heading or f"paragraph {number}"  # before the first heading: by its place
         if isinstance(block, Paragraph):
             text = block.text
             style = block.style.name if block.style is not None else ""
             if text.strip() and (style or "").startswith(("Heading", "Title")):
-                heading = text.strip()[:200]
+                heading = where = text.strip()[:200]
             if text.strip():
-                yield Part(heading, text)
+                yield Part(where, text)
         elif isinstance(block, Table):
             for index, row in enumerate(block.rows):  # a table is one block, its rows on their own lines
-                yield Part(heading, " | ".join(cell.text.strip() for cell in row.cells), "\n" if index else "\n\n")
+                yield Part(where, " | ".join(cell.text.strip() for cell in row.cells), "\n" if index else "\n\n")
 
 
 def _pptx(name: str, data: bytes, settings: DocumentSettings) -> Iterator[Part | Cut]:

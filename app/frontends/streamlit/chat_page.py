@@ -15,7 +15,7 @@ from app.clients.choice import fallback_note
 from app.clients.client_protocol import Client
 from app.domain.conversation import Conversation, Message
 from app.domain.media import ImageError
-from app.frontends.streamlit import approvals, knowledge_chat, model_status, persistence, state
+from app.frontends.streamlit import approvals, knowledge_chat, knowledge_page, model_status, persistence, state
 from app.frontends.streamlit.live_turn import stream_turn
 from app.frontends.streamlit.messages import render_message
 from app.frontends.streamlit.safe_markdown import safe_markdown
@@ -58,6 +58,8 @@ def answer_if_asked(
         return
     if message is not None:
         conversation.add(message)
+        if page == "chat":
+            knowledge_page.attach_chosen(conversation)  # the collections chosen in the sidebar, from here on
         knowledge_chat.passages_for_turn(conversation)  # before it is drawn: its sources show while it is answered
         render_message(message)
         persistence.save(page, conversation)  # stored before the answer starts: a crash loses only the answer

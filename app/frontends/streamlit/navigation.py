@@ -31,6 +31,7 @@ def run() -> None:
                              icon=":material/handyman:"),
         "compare": st.Page(views_dir / "compare.py", title="Compare",
                            icon=":material/view_column:"),
+        "knowledge": st.Page(views_dir / "knowledge.py", title="Knowledge", icon=":material/library_books:"),
         "models": st.Page(views_dir / "models.py", title="Models", icon=":material/neurology:"),
     }
     # Streamlit forgets a widget's value when a run does not draw it; keep page settings across page switches.
@@ -44,6 +45,6 @@ def run() -> None:
     persistence.save(page_name, conversation)  # what the last run changed (a stopped answer, Regenerate, Resend)
     mcp_sign_in.finish_from_url()  # back from an MCP server's sign-in page, with ?code=...&state=...
     sidebar.render()
-    if page_name not in ("compare", "models"):  # Compare's panes are not one conversation; Models has none
+    if page_name not in ("compare", "knowledge", "models"):  # Compare's panes are not one conversation
         history.render(page_name, conversation)
     current.run()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app.agent.attachments import ATTACHMENT_TYPES
-from app.frontends.streamlit import sidebar, state, welcome
+from app.frontends.streamlit import knowledge_page, sidebar, state, welcome
 from app.frontends.streamlit.chat_page import answer_if_asked, show_model
 from app.frontends.streamlit.client_cache import load_client
 from app.frontends.streamlit.messages import render_history
@@ -14,6 +14,9 @@ PAGE = "chat"
 
 settings = sidebar.current()
 conversation = state.conversation(PAGE)
+
+with sidebar.page_section():
+    knowledge_page.choose_in_sidebar()
 
 st.title("Chat")
 client = load_client(settings.model)

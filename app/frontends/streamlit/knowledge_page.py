@@ -1,0 +1,183 @@
+"""The Knowledge page: a user's named collections of documents (app/storage/knowledge.py), to make, fill, search
+and delete; and on the chat pages, the collections a conversation searches for each question (`chosen`).
+
+Reading a file shows its progress (parts read, passages stored); each file that cannot be read, or passes a limit,
+says why, and the others are still added.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+from streamlit.elements.lib.mutable_status_container import StatusContainer
+from streamlit.runtime.uploaded_file_manager import UploadedFile
+
+from app.clients.memory_fit import describe_bytes
+from app.domain.conversation import Attachment, Conversation
+from app.frontends.streamlit import persistence
+from app.frontends.streamlit.knowledge_chat import store
+from app.frontends.streamlit.safe_markdown import safe_label, safe_markdown
+from app.knowledge.conversation import CHAT_COLLECTION, scope_of
+from app.knowledge.ingest import add_file
+from app.storage.errors import StorageError
+from app.storage.knowledge import Collection, KnowledgeRefused
+from app.tools.documents import UPLOAD_TYPES, DocumentError
+
+_PICKED = "knowledge.collection"
+_NOTICE = "knowledge.notice"
+_REFUSED = "knowledge.refused"
+_ROUND = "knowledge.upload_round"
+CHOSEN = "settings.knowledge.chosen"  # the collections the Chat page searches (kept across pages)
+KNOWLEDGE_TYPES = sorted({*UPLOAD_TYPES, "html", "htm", "md", "markdown"})
+
+
+def render() -> None:
+    st.title("Knowledge")
+    owner = persistence.owner()
+    if owner is None:
+        st.info("Sign in to keep documents: knowledge is stored for each user.", icon=":material/login:")
+        return
+    for key, show in ((_NOTICE, st.success), (_REFUSED, st.error)):
+        said = st.session_state.pop(key, None)
+        if said:
+            show(safe_markdown(said))
+    try:
+        collections = store().collections(owner)
+    except StorageError as exc:
+        st.error(safe_markdown(f"The database cannot be reached ({exc}); knowledge is unavailable for now."))
+        return
+    st.caption("Named sets of documents, searched by full text in the app's database. Choose collections in the "
+               "Chat page's sidebar to have each question answered from them, with sources.")
+    head = st.container(horizontal=True, vertical_alignment="bottom")
+    by_id = {collection.id: collection for collection in collections}
+    picked = head.selectbox("Collection", list(by_id), key=_PICKED, index=0 if by_id else None,
+                            format_func=lambda cid: safe_label(_collection_label(by_id[cid])),
+                            placeholder="No collection yet: make one")
+    with head.popover("New collection", icon=":material/add:"):
+        name = st.text_input("Name", key="knowledge.new_name", max_chars=200)
+        st.button("Create", key="knowledge_create", type="primary", on_click=_create, args=(owner, name),
+                  disabled=not name.strip())
+    if picked in by_id:
+        _collection(owner, by_id[picked])
+
+
+def _collection_label(collection: Collection) -> str:
+    return f"{collection.name} · {collection.documents} documents · {collection.passages:,} passages"
+
+
+def _create(owner: str, name: str) -> None:
+    try:
+        made = store().create_collection(owner, name)
+    except (KnowledgeRefused, StorageError) as exc:
+        st.session_state[_REFUSED] = str(exc)
+        return
+    st.session_state[_PICKED] = made.id
+    st.session_state["knowledge.new_name"] = ""
+    st.session_state[_NOTICE] = f"Made the collection **{made.name}**: add documents to it below."
+
+
+def _collection(owner: str, collection: Collection) -> None:
+    with st.container(border=True, key="knowledge_collection"):
+        round_ = st.session_state.get(_ROUND, 0)  # a new uploader after each Add: the files just added leave it
+        uploads = st.file_uploader("Add documents (PDF, DOCX, PPTX, HTML, Markdown, text)", type=KNOWLEDGE_TYPES,
+                                   accept_multiple_files=True, key=f"knowledge_files_{collection.id}_{round_}")
+        if st.button("Add", icon=":material/upload_file:", key="knowledge_add", type="primary",
+                     disabled=not uploads):
+            _add(owner, collection, uploads or [])
+        documents = store().documents(owner, collection.id)
+        if documents:
+            st.dataframe([{"Document": d.name, "Size": describe_bytes(d.size_bytes), "Passages": d.passages,
+                           "Characters": f"{d.characters:,}", "Added": d.created_at.strftime("%Y-%m-%d %H:%M"),
+                           "Note": d.note} for d in documents], hide_index=True, width="stretch")
+            row = st.container(horizontal=True, vertical_alignment="bottom")
+            names = {d.id: d.name for d in documents}
+            gone = row.selectbox("Remove a document", list(names), index=None, key="knowledge.remove_pick",
+                                 format_func=lambda did: safe_label(names[did]), placeholder="Pick one")
+            row.button("Remove", icon=":material/delete:", key="knowledge_remove", disabled=gone is None,
+                       on_click=_remove, args=(owner, gone, names.get(gone or "", "")))
+        else:
+            st.caption("No documents in it yet.")
+        query = st.text_input("Try a search", key="knowledge.try", placeholder="A question, as you would ask it")
+        if query.strip():
+            hits = store().search(owner, [collection.id], query, limit=5)
+            if not hits:
+                st.caption("Nothing in this collection matches those words.")
+            for number, hit in enumerate(hits, 1):
+                with st.expander(safe_label(f"[{number}] {hit.document_name} · {hit.location}")):
+                    st.text(hit.text)
+        with st.popover("Delete this collection", icon=":material/delete_forever:"):
+            st.write(safe_markdown(f"Deletes **{collection.name}** with its {collection.documents} documents. "
+                                   "Conversations that searched it keep the sources they showed."))
+            st.button("Delete", key="knowledge_delete", type="primary", on_click=_delete,
+                      args=(owner, collection))
+
+
+def _add(owner: str, collection: Collection, uploads: list[UploadedFile]) -> None:
+    added = 0
+    for upload in uploads:
+        with st.status(safe_label(f"Reading {upload.name}"), expanded=False) as status:
+            def say(said: str, status: StatusContainer = status) -> None:
+                status.update(label=safe_label(said))
+
+            try:
+                document = add_file(store(), owner, collection.id, upload.name, upload.getvalue(), progress=say)
+            except (KnowledgeRefused, DocumentError, StorageError) as exc:
+                status.update(label=safe_label(f"{upload.name}: not added"), state="error", expanded=True)
+                st.write(safe_markdown(str(exc)))
+                continue
+            added += 1
+            status.update(label=safe_label(f"{upload.name}: {document.passages:,} passages"), state="complete")
+    if added:
+        st.success(safe_markdown(f"Added {added} document{'s' if added != 1 else ''} to **{collection.name}**."))
+    st.session_state[_ROUND] = st.session_state.get(_ROUND, 0) + 1
+
+
+def _remove(owner: str, document_id: str | None, name: str) -> None:
+    if document_id and store().delete_document(owner, document_id):
+        st.session_state[_NOTICE] = f"Removed {name}."
+    st.session_state["knowledge.remove_pick"] = None
+
+
+def _delete(owner: str, collection: Collection) -> None:
+    store().delete_collection(owner, collection.id)
+    st.session_state.pop(_PICKED, None)
+    st.session_state[_NOTICE] = f"Deleted the collection **{collection.name}**."
+
+
+# ----- on the chat pages -------------------------------------------------------------------------------------------
+
+def choose_in_sidebar() -> None:
+    """The collections a conversation searches, in the page's sidebar section (owners only)."""
+    owner = persistence.owner()
+    if owner is None:
+        return
+    try:
+        collections = [c for c in store().collections(owner) if c.name != CHAT_COLLECTION]
+    except StorageError:
+        return
+    if not collections:
+        return
+    by_id = {collection.id: collection for collection in collections}
+    st.session_state[CHOSEN] = [cid for cid in st.session_state.get(CHOSEN, []) if cid in by_id]
+    st.multiselect("Search my knowledge", list(by_id), key=CHOSEN,
+                   format_func=lambda cid: safe_label(by_id[cid].name),
+                   help="Each question from now on is answered from these collections too, with sources. Manage "
+                        "them on the Knowledge page.")
+
+
+def attach_chosen(conversation: Conversation) -> None:
+    """Puts the chosen collections the conversation does not search yet on its last user message: from there on,
+    the conversation searches them (and a refresh or an export keeps that)."""
+    chosen = [cid for cid in st.session_state.get(CHOSEN, []) if isinstance(cid, str)]
+    index = conversation.last_user_index()
+    if not chosen or index is None:
+        return
+    searched = scope_of(conversation).collections
+    owner = persistence.owner()
+    if owner is None:
+        return
+    names = {c.id: c.name for c in store().collections(owner)}
+    for cid in chosen:
+        if cid not in searched and cid in names:
+            conversation.messages[index].attachments.append(Attachment(
+                kind="document", name=names[cid], collection=cid, note="knowledge collection, searched for each "
+                                                                       "question"))
