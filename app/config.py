@@ -524,6 +524,11 @@ class ServerSettings:
         )
 
 
+# A demo on one's own machine: one user, every conversation and document theirs (the Streamlit app without
+# authentication, the MCP server).
+LOCAL_OWNER = "local"
+
+
 def downloads_allowed() -> bool:
     """Whether the user opted in to fetching models from a hub: DEMO_ALLOW_DOWNLOADS=1 (or true, yes, on)."""
     return _flag("DEMO_ALLOW_DOWNLOADS")

@@ -224,3 +224,19 @@ def test_a_passage_carrying_instructions_reaches_the_model_as_quoted_data(store)
     quoted = prompt.index("<passages>")
     assert prompt.index(PASSAGES_PREAMBLE) > quoted and prompt.index("ignore all previous instructions") > quoted
     assert prompt.rstrip().endswith("</passages>")
+
+
+def test_search_knowledge_as_a_tool_returns_numbered_sources(store):
+    from app.knowledge.tool import knowledge_tools
+
+    tools = knowledge_tools(store, "alice")
+    empty = tools.call("search_knowledge", {"query": "pears"})
+    assert empty.ok and empty.structured == {"results": []} and "no documents" in empty.content
+    collection = store.create_collection("alice", "Abbey")
+    add_file(store, "alice", collection.id, "abbey.md", f"# Orchard\n\n{FACTS[158][0]}".encode())
+    found = tools.call("search_knowledge", {"query": FACTS[158][1], "limit": 50})
+    assert found.ok and found.structured["results"][0]["location"] == "Orchard"
+    assert found.content.startswith("<passages>") and "[1] abbey.md, Orchard" in found.content
+    unknown = tools.call("search_knowledge", {"query": "pears", "collection": "Nope"})
+    assert not unknown.ok and "'Abbey'" in unknown.content
+    assert knowledge_tools(store, "bob").call("search_knowledge", {"query": "pears"}).structured == {"results": []}

@@ -61,9 +61,12 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.config import HTTPTimeouts, McpSettings, read_key_file, state_dir
+from app.config import LOCAL_OWNER, HTTPTimeouts, McpSettings, read_key_file, state_dir
 from app.domain.media import ImageError, sniff_mime
+from app.knowledge.tool import knowledge_tools
 from app.limits.http_timeouts import uvicorn_options
+from app.storage import StorageError, open_database
+from app.storage.knowledge import KnowledgeStore
 from app.tools import load_tools
 from app.tools.sandbox import isolation
 from app.tools.session import SessionTools
@@ -151,7 +154,18 @@ def offered_tools(session: SessionTools) -> ToolRegistry:
         print(f"The python tool is not offered: {problem}", file=sys.stderr)
     else:
         print(f"The python tool runs in {isolation.describe(session.kernel.limits)}.", file=sys.stderr)
-    return load_tools().merged(session.registry())
+    return load_tools().merged(session.registry()).merged(_knowledge())
+
+
+def _knowledge() -> ToolRegistry:
+    """search_knowledge over the local user's documents in the app's database (DEMO_DATABASE_URL), the same ones the
+    app's Knowledge page keeps; absent, with the reason on stderr, when that database cannot be opened."""
+    try:
+        store = KnowledgeStore(open_database())
+    except StorageError as exc:
+        print(f"search_knowledge is not offered: {exc}", file=sys.stderr)
+        return ToolRegistry()
+    return knowledge_tools(store, LOCAL_OWNER)
 
 
 # ----- transports --------------------------------------------------------------------------------------------------

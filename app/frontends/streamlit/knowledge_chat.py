@@ -16,9 +16,11 @@ from app.domain.conversation import Attachment, Conversation
 from app.frontends.streamlit import persistence
 from app.frontends.streamlit.safe_markdown import safe_label, safe_markdown
 from app.knowledge.conversation import LongDocuments, add_passages
+from app.knowledge.tool import knowledge_tools
 from app.storage.errors import StorageError
 from app.storage.knowledge import Hit, KnowledgeStore
 from app.tools.documents import document_attachment
+from app.tools.tool_registry import ToolRegistry
 
 
 @st.cache_resource(show_spinner=False)
@@ -72,3 +74,18 @@ def render_knowledge(attachment: Attachment) -> bool:
             st.markdown(safe_markdown(f"**[{source.number}]** {source.document} · {source.location}"))
             st.text(source.text)
     return True
+
+
+def tools() -> ToolRegistry:
+    """`search_knowledge` for this session's user, when they keep documents; else no tool (one a model would only
+    be tempted by)."""
+    owner = persistence.owner()
+    if owner is None:
+        return ToolRegistry()
+    try:
+        knowledge = store()
+        if not any(collection.documents for collection in knowledge.collections(owner)):
+            return ToolRegistry()
+    except StorageError:
+        return ToolRegistry()
+    return knowledge_tools(knowledge, owner)

@@ -25,6 +25,7 @@ from typing import Any, ParamSpec
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
+from app.config import LOCAL_OWNER
 from app.domain.conversation import Conversation, Message
 from app.frontends.streamlit import run_policies, state
 from app.frontends.streamlit.safe_markdown import safe_label, safe_markdown
@@ -41,7 +42,7 @@ from app.storage.codec import encode_message_json
 from app.storage.schema import SettingsRecord
 
 log = logging.getLogger(__name__)
-LOCAL_OWNER = "local"  # a demo on one's own machine: one user, every conversation theirs
+
 QUERY_KEY = "c"
 _BINDING = "_binding"
 # Settings that belong to a conversation: restored into these widget keys when it is opened.

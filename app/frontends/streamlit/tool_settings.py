@@ -8,7 +8,7 @@ import streamlit as st
 
 from app.agent.loop import DEFAULT_MAX_ROUNDS, ToolSettings
 from app.clients.client_protocol import Client
-from app.frontends.streamlit import mcp_settings, run_policies, sidebar
+from app.frontends.streamlit import knowledge_chat, mcp_settings, run_policies, sidebar
 from app.frontends.streamlit.safe_markdown import safe_label
 from app.prompting.dialects import DIALECTS
 from app.tools import load_tools
@@ -21,7 +21,7 @@ _AUTO = "auto"
 def render(client: Client | None, page: str, registry: ToolRegistry | None = None) -> ToolSettings:
     """The page's tool settings (each page keeps its own) over `registry` (default: the built-in tools) and the
     tools of the MCP servers this session sees."""
-    registry = registry if registry is not None else load_tools()
+    registry = (registry if registry is not None else load_tools()).merged(knowledge_chat.tools())
     KEY_PREFIX = f"{KEPT_PREFIX}{page}."  # reads like the constant it is within one page
     with sidebar.page_section():
         st.subheader("Tools")
