@@ -6,8 +6,9 @@ as it happens, also when the consumer stops reading (Stop button, closed tab): c
 cancels the running generation or abandons the running tool call, and keeps what happened so far.
 
 Each tool has a run policy (`ToolSettings.policies`, app/tools/policy.py). A "never" tool is not offered to the
-model. When an answer calls an "ask" tool, or an open-world tool with words from a web page or a document in its
-arguments (app/tools/provenance.py), none of its calls runs: the turn yields ApprovalNeeded and ends, the
+model. When an answer calls an "ask" tool, an open-world tool with words from a web page or a document in its
+arguments (app/tools/provenance.py), or an open-world or destructive tool right after reading passages of the
+user's documents, none of its calls runs: the turn yields ApprovalNeeded and ends, the
 answer's calls unanswered in the conversation. That is the whole pending state (`pending_calls`), saved with the
 conversation like any message; `resume_turn` answers the calls as the user decided and goes on with the same loop.
 """
@@ -26,7 +27,7 @@ from app.clients.client_protocol import Client, ClientError, GenerationParams, P
 from app.domain.conversation import AnswerMetrics, CallFragment, Conversation, Message, PartialCalls, ToolCall
 from app.prompting.chat_format import ImagePolicy, process_input
 from app.tools.policy import RunPolicy
-from app.tools.provenance import foreign_text
+from app.tools.provenance import foreign_text, read_passages
 from app.tools.questions import AskedQuestion
 from app.tools.tool_registry import RunningCall, ToolRegistry, ToolResult
 
@@ -163,6 +164,14 @@ class ToolSettings:
             found = foreign_text(call.arguments, conversation)
             if found is not None:
                 return f"it reaches the open world and {found.describe()}"
+        if policy == "auto" and tool is not None and (tool.hints.effective.open_world or
+                                                      tool.hints.effective.destructive):
+            # A document may carry instructions: what the model does right after reading one, out in the world
+            # or destructively, is the user's to allow.
+            read = read_passages(conversation)
+            if read is not None:
+                effect = "reaches the open world" if tool.hints.effective.open_world else "may delete or overwrite"
+                return f"it {effect}, right after the model read {read}, which may carry instructions"
         return None
 
     def request(self, round_index: int) -> ToolRequest:

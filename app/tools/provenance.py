@@ -21,6 +21,7 @@ from typing import Any
 from app.domain.conversation import Conversation
 
 MIN_WORD = 4
+SEARCH_KNOWLEDGE = "search_knowledge"  # the tool whose results are passages of the user's documents
 _WORD = re.compile(rf"[^\W_]{{{MIN_WORD},}}")
 _EVERY_URL = frozenset({"http", "https", "www"})
 _SHOWN_WORDS = 3
@@ -83,6 +84,24 @@ def _outside(conversation: Conversation) -> Iterator[tuple[str, str]]:
         for attachment in message.attachments:
             if attachment.kind == "document" and attachment.text:
                 yield f"the document {attachment.name}", attachment.text
+            for source in attachment.sources:  # passages retrieved from the user's documents
+                yield f"passage [{source.number}] of {source.document}", source.text
+
+
+def read_passages(conversation: Conversation) -> str | None:
+    """Whether the model has just read passages of the user's documents: the question it answers carries retrieved
+    passages, or a tool searched the documents since. What it read is named; None when it read none."""
+    last_user = conversation.last_user_index()
+    if last_user is None:
+        return None
+    question = conversation.messages[last_user]
+    documents = [source.document for attachment in question.attachments for source in attachment.sources]
+    if documents:
+        return "passages of " + ", ".join(dict.fromkeys(documents))
+    for message in conversation.messages[last_user + 1:]:
+        if message.role == "tool" and message.name == SEARCH_KNOWLEDGE:
+            return "passages of your documents"
+    return None
 
 
 def _words(text: str) -> Iterator[str]:
