@@ -57,3 +57,47 @@ def test_a_long_pdf_is_searched_for_each_question_and_its_sources_open(app_url, 
     restored.locator("summary").click(timeout=60_000)
     expect(restored).to_contain_text("[1] local-history.pdf · page 37")
     page.close()
+
+
+def test_a_collection_is_filled_on_the_knowledge_page_and_answers_on_the_chat_page(app_url, browser, tmp_path):
+    pdf = tmp_path / "parish-records.pdf"
+    pdf.write_bytes(long_pdf_bytes())
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})
+    page.goto(f"{app_url}/knowledge")
+    page.get_by_role("button", name="New collection").click(timeout=60_000)
+    page.get_by_label("Name").fill("Parish records")
+    page.get_by_label("Name").press("Enter")
+    page.get_by_role("button", name="Create").click()
+    expect(page.get_by_text("Made the collection Parish records")).to_be_visible(timeout=30_000)
+    page.locator('[data-testid="stFileUploader"] input[type="file"]').set_input_files(str(pdf))
+    page.get_by_text("parish-records.pdf").first.wait_for(timeout=10_000)
+    page.get_by_role("button", name="Add", exact=True).click()
+    expect(page.get_by_text("Added 1 document to Parish records.")).to_be_visible(timeout=120_000)
+    expect(page.locator(".st-key-knowledge_collection")).to_contain_text(
+        re.compile(r"Parish records · 1 document · \d{3},?\d* passages"))
+    expect(page.get_by_test_id("stDataFrame")).to_be_visible()
+    search = page.get_by_label("Try a search")
+    search.fill(FACTS[158][1])
+    search.press("Enter")
+    expect(page.get_by_text("[1] parish-records.pdf · page 158")).to_be_visible(timeout=30_000)
+    page.mouse.move(700, 5)
+    readme_screenshot(page, "knowledge-page.png")
+
+    page.goto(app_url)  # the Chat page: choose the collection, ask
+    model_loaded(page, 120_000)
+    chooser = page.get_by_test_id("stSidebar").get_by_test_id("stMultiSelect").filter(
+        has_text="Search my knowledge")
+    chooser.click()
+    page.get_by_role("option", name="Parish records").click()
+    page.keyboard.press("Escape")
+    box = page.get_by_test_id("stChatInputTextArea")
+    box.fill(FACTS[299][1])
+    box.press("Enter")
+    question = page.locator('[data-testid="stChatMessage"]').nth(0)
+    expect(question).to_contain_text("Parish records", timeout=60_000)
+    sources = question.get_by_test_id("stExpander").filter(has_text="Sources")
+    expect(sources).to_contain_text("passages from parish-records.pdf", timeout=60_000)
+    stop_and_check(page, page.locator('[data-testid="stChatMessage"]').nth(1))
+    sources.locator("summary").click()
+    expect(sources).to_contain_text("[1] parish-records.pdf · page 299")
+    page.close()

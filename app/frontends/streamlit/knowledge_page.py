@@ -50,7 +50,7 @@ def render() -> None:
     head = st.container(horizontal=True, vertical_alignment="bottom")
     by_id = {collection.id: collection for collection in collections}
     picked = head.selectbox("Collection", list(by_id), key=_PICKED, index=0 if by_id else None,
-                            format_func=lambda cid: safe_label(_collection_label(by_id[cid])),
+                            format_func=lambda cid: safe_label(by_id[cid].name),
                             placeholder="No collection yet: make one")
     with head.popover("New collection", icon=":material/add:"):
         name = st.text_input("Name", key="knowledge.new_name", max_chars=200)
@@ -61,7 +61,8 @@ def render() -> None:
 
 
 def _collection_label(collection: Collection) -> str:
-    return f"{collection.name} · {collection.documents} documents · {collection.passages:,} passages"
+    plural = "" if collection.documents == 1 else "s"
+    return f"{collection.name} · {collection.documents} document{plural} · {collection.passages:,} passages"
 
 
 def _create(owner: str, name: str) -> None:
@@ -77,6 +78,7 @@ def _create(owner: str, name: str) -> None:
 
 def _collection(owner: str, collection: Collection) -> None:
     with st.container(border=True, key="knowledge_collection"):
+        st.caption(safe_markdown(_collection_label(collection)))
         round_ = st.session_state.get(_ROUND, 0)  # a new uploader after each Add: the files just added leave it
         uploads = st.file_uploader("Add documents (PDF, DOCX, PPTX, HTML, Markdown, text)", type=KNOWLEDGE_TYPES,
                                    accept_multiple_files=True, key=f"knowledge_files_{collection.id}_{round_}")
@@ -112,23 +114,28 @@ def _collection(owner: str, collection: Collection) -> None:
 
 
 def _add(owner: str, collection: Collection, uploads: list[UploadedFile]) -> None:
-    added = 0
+    """Each file read with its progress shown; then the page runs again with the collection's new figures, saying
+    what was added and, for each file that was not, why."""
+    added, refused = 0, []
     for upload in uploads:
         with st.status(safe_label(f"Reading {upload.name}"), expanded=False) as status:
             def say(said: str, status: StatusContainer = status) -> None:
                 status.update(label=safe_label(said))
 
             try:
-                document = add_file(store(), owner, collection.id, upload.name, upload.getvalue(), progress=say)
+                add_file(store(), owner, collection.id, upload.name, upload.getvalue(), progress=say)
             except (KnowledgeRefused, DocumentError, StorageError) as exc:
-                status.update(label=safe_label(f"{upload.name}: not added"), state="error", expanded=True)
-                st.write(safe_markdown(str(exc)))
+                status.update(label=safe_label(f"{upload.name}: not added"), state="error")
+                refused.append(f"{upload.name}: {exc}")
                 continue
             added += 1
-            status.update(label=safe_label(f"{upload.name}: {document.passages:,} passages"), state="complete")
+            status.update(label=safe_label(f"{upload.name}: added"), state="complete")
     if added:
-        st.success(safe_markdown(f"Added {added} document{'s' if added != 1 else ''} to **{collection.name}**."))
-    st.session_state[_ROUND] = st.session_state.get(_ROUND, 0) + 1
+        st.session_state[_NOTICE] = f"Added {added} document{'s' if added != 1 else ''} to **{collection.name}**."
+    if refused:
+        st.session_state[_REFUSED] = "Not added: " + "; ".join(refused)
+    st.session_state[_ROUND] = st.session_state.get(_ROUND, 0) + 1  # a fresh uploader, without these files
+    st.rerun()
 
 
 def _remove(owner: str, document_id: str | None, name: str) -> None:
