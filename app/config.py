@@ -175,9 +175,11 @@ class KnowledgeSettings:
 
     @classmethod
     def from_env(cls) -> KnowledgeSettings:
+        # Passages of 200 to 20,000 characters, overlapping by less than half: outside that, search breaks down.
+        passage = min(max(_int("DEMO_KNOWLEDGE_PASSAGE_CHARS", cls.passage_chars), 200), 20_000)
         return cls(
-            passage_chars=_int("DEMO_KNOWLEDGE_PASSAGE_CHARS", cls.passage_chars),
-            overlap_chars=_int("DEMO_KNOWLEDGE_OVERLAP_CHARS", cls.overlap_chars),
+            passage_chars=passage,
+            overlap_chars=min(max(_int("DEMO_KNOWLEDGE_OVERLAP_CHARS", cls.overlap_chars), 0), passage // 2 - 1),
             max_file_mb=_int("DEMO_KNOWLEDGE_MAX_FILE_MB", cls.max_file_mb),
             max_passages_per_document=_int("DEMO_KNOWLEDGE_MAX_DOCUMENT_PASSAGES", cls.max_passages_per_document),
             max_documents=_int("DEMO_KNOWLEDGE_MAX_DOCUMENTS", cls.max_documents),

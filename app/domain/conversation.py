@@ -7,6 +7,7 @@ and export/import speak it, so `to_openai` / `from_openai` must round-trip.
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -194,16 +195,42 @@ class Attachment:
     document_id: str = ""
     sources: list[Source] = field(default_factory=list)  # "passages": what was retrieved, numbered
 
-    def prompt_text(self) -> str:
-        """What the model reads of it ("" for a picture, or a document kept only for search)."""
+    def prompt_text(self, current: bool = True) -> str:
+        """What the model reads of it ("" for a picture). Retrieved passages are read for the question they were
+        retrieved for (`current`); for an earlier question a line says they were there, so a long conversation does
+        not carry every earlier question's passages, nor several different [1]s."""
         if self.kind == "passages":
-            quoted = "\n\n".join(f"[{source.number}] {source.document}, {source.location}\n{source.text}"
-                                   for source in self.sources)
-            return f"<passages>\n{PASSAGES_PREAMBLE}\n\n{quoted}\n</passages>" if self.sources else ""
+            if not self.sources:
+                return ""
+            if not current:
+                return f"(Passages from {_flat(self.name)} were quoted for this message.)"
+            quoted = "\n\n".join(f"[{source.number}] {_flat(source.document)}, {_flat(source.location)}\n"
+                                   f"{_unclosable(source.text)}" for source in self.sources)
+            return f"<passages>\n{PASSAGES_PREAMBLE}\n\n{quoted}\n</passages>"
         if self.kind == "document" and self.text:
             note = f" ({self.note})" if self.note else ""
             return f'<document name="{self.name}"{note}>\n{self.text}\n</document>'
+        if self.kind == "document" and self.collection:
+            # Kept for search only: the model still knows it is there (and, when nothing of it matched a question,
+            # that it was searched).
+            kind = "a collection of the user's documents" if not self.document_id else "a document too long to read"
+            return (f"[{_flat(self.name)}: {kind} whole; the passages of it that match each question are quoted "
+                    "with that question, when any match.]")
         return ""
+
+
+_PASSAGES_TAG = re.compile(r"<(\s*/?\s*passages)", re.IGNORECASE)
+
+
+def _unclosable(text: str) -> str:
+    """A passage's text, with anything that reads as the passages block's own tag defused: a document cannot end
+    the block early and have its next lines read as the user's."""
+    return _PASSAGES_TAG.sub(r"‹\1", text)
+
+
+def _flat(text: str) -> str:
+    """A name or a location on one line: a heading with a line break cannot forge another source's header."""
+    return _unclosable(" ".join(text.split()))[:300]
 
 
 @dataclass
@@ -235,10 +262,10 @@ class Message:
     def stopped(self) -> bool:
         return self.metrics is not None and self.metrics.finish_reason == "cancelled"
 
-    def prompt_text(self) -> str:
+    def prompt_text(self, current: bool = True) -> str:
         """The content as the model reads it: uploaded documents' text, and passages retrieved from the user's
-        documents, follow the message."""
-        texts = [text for text in (attachment.prompt_text() for attachment in self.attachments) if text]
+        documents (quoted in full for the `current` question only), follow the message."""
+        texts = [text for text in (attachment.prompt_text(current) for attachment in self.attachments) if text]
         if not texts:
             return self.content
         return "\n\n".join([self.content, *texts] if self.content else texts)
@@ -247,13 +274,15 @@ class Message:
     def images(self) -> list[Attachment]:
         return [a for a in self.attachments if a.kind == "image" and a.data]
 
-    def to_openai(self) -> ChatMessage:
+    def to_openai(self, current: bool = True) -> ChatMessage:
         """This message as an OpenAI chat message. A user's pictures come first, as `image_url` parts with data
         URLs, then the text; a tool's images (plots) are not part of it (OpenAI tool messages carry text only:
-        `process_input` shows them to a vision model when asked to)."""
-        data: ChatMessage = {"role": self.role, "content": self.prompt_text()}
+        `process_input` shows them to a vision model when asked to). `current`: the question being answered (its
+        retrieved passages are quoted in full)."""
+        data: ChatMessage = {"role": self.role, "content": self.prompt_text(current)}
         if self.role == "user" and self.images:
-            parts: list[ContentPart] = [*(image_part(image) for image in self.images), *text_parts(self.prompt_text())]
+            parts: list[ContentPart] = [*(image_part(image) for image in self.images),
+                                        *text_parts(self.prompt_text(current))]
             data["content"] = parts
         if self.tool_calls:
             data["tool_calls"] = [call.to_openai() for call in self.tool_calls]

@@ -47,14 +47,17 @@ def _pieces(text: str, limit: int) -> list[tuple[str, bool]]:
             continue
         first = True
         for sentence in _SENTENCE_END.split(paragraph):
-            while len(sentence) > limit:
-                cut = sentence.rfind(" ", 0, limit)
-                cut = cut if cut > limit // 2 else limit
-                pieces.append((sentence[:cut].strip(), first))
+            start = 0  # a long sentence is walked through by index: re-slicing its rest each time is quadratic
+            while len(sentence) - start > limit:
+                cut = sentence.rfind(" ", start, start + limit)
+                cut = cut if cut > start + limit // 2 else start + limit
+                pieces.append((sentence[start:cut].strip(), first))
                 first = False
-                sentence = sentence[cut:].strip()
-            if sentence:
-                pieces.append((sentence, first))
+                start = cut
+                while start < len(sentence) and sentence[start].isspace():
+                    start += 1
+            if sentence[start:].strip():
+                pieces.append((sentence[start:].strip(), first))
                 first = False
     return pieces
 

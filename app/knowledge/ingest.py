@@ -5,6 +5,7 @@ DocumentError whose message says what to do."""
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Callable
 from pathlib import PurePath
 
@@ -26,8 +27,14 @@ def add_file(store: KnowledgeStore, owner: str, collection_id: str, name: str, d
                                "read into knowledge (DEMO_KNOWLEDGE_MAX_FILE_MB).")
     say = progress or (lambda _: None)
     say(f"Reading {name}")
-    parts, cut = read_parts(name, data, DocumentSettings.from_env(),
-                            on_part=lambda count: say(f"Reading {name}: {count:,} parts") if count % 25 == 0 else None)
+    said = [time.monotonic()]
+
+    def on_part(count: int) -> None:  # at most twice a second: each update is a message to the browser
+        if time.monotonic() - said[0] >= 0.5:
+            said[0] = time.monotonic()
+            say(f"Reading {name}: {count:,} parts")
+
+    parts, cut = read_parts(name, data, DocumentSettings.from_env(), on_part=on_part)
     passages = chunk(parts, settings.passage_chars, settings.overlap_chars)
     if len(passages) > settings.max_passages_per_document:
         raise KnowledgeRefused(

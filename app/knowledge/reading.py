@@ -4,20 +4,20 @@ against hostile files are those of app/tools/documents.py, read here whole inste
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Iterator
-from html.parser import HTMLParser
+from collections.abc import Callable, Generator, Iterator
+from contextlib import closing, nullcontext
 from pathlib import PurePath
 
 from app.config import DocumentSettings
 from app.tools.documents import Cut, DocumentError, Part, decode_text, iter_parts
 
 OnPart = Callable[[int], None]  # called with the number of parts read so far (a progress bar's feed)
-_MARKDOWN_HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.+?)\s*#*\s*$")
 _HTML_SUFFIXES = {".html", ".htm", ".xhtml"}
 _MARKDOWN_SUFFIXES = {".md", ".markdown"}
 _HEADINGS = {"h1", "h2", "h3", "h4", "h5", "h6"}
-_BLOCKS = {"p", "li", "pre", "blockquote", "td", "th", "dt", "dd", "figcaption", "caption"}
+_BLOCKS = {"p", "li", "ul", "ol", "pre", "blockquote", "td", "th", "tr", "table", "dt", "dd", "dl", "figcaption",
+           "caption", "div", "section", "article", "main", "aside", "body", "hr", "figure", "address"}
+_SKIPPED = {"script", "style", "noscript", "template", "nav", "header", "footer", "svg", "head"}
 
 
 def read_parts(name: str, data: bytes, settings: DocumentSettings | None = None,
@@ -37,14 +37,15 @@ def read_parts(name: str, data: bytes, settings: DocumentSettings | None = None,
             source = _markdown_parts(text)
         else:
             source = _text_parts(text)
-    for part in source:
-        if isinstance(part, Cut):
-            cut = part.reason
-            break
-        if part.text.strip():
-            parts.append(part)
-            if on_part is not None:
-                on_part(len(parts))
+    with closing(source) if isinstance(source, Generator) else nullcontext():  # a cut stops the reader at once
+        for part in source:
+            if isinstance(part, Cut):
+                cut = part.reason
+                break
+            if part.text.strip():
+                parts.append(part)
+                if on_part is not None:
+                    on_part(len(parts))
     if not parts:
         raise DocumentError(f"{name} contains no text" + (" (a scan? text recognition is not available here)."
                                                            if suffix == ".pdf" else "."))
@@ -59,14 +60,14 @@ def _markdown_parts(text: str) -> Iterator[Part]:
     for number, line in enumerate(text.splitlines(), 1):
         if line.lstrip().startswith(("```", "~~~")):
             fenced = not fenced
-        found = None if fenced else _MARKDOWN_HEADING.match(line)
-        if found or (not line.strip() and not fenced):
+        found = None if fenced else _heading(line)
+        if found is not None or (not line.strip() and not fenced):
             if paragraph:
                 yield Part(heading or f"line {start}", "\n".join(paragraph))
                 paragraph = []
-            if found:
-                heading = found.group(2)[:200]
-                yield Part(heading, found.group(2))
+            if found is not None:
+                heading = found[:200]
+                yield Part(heading, found)
             continue
         if not paragraph:
             start = number
@@ -75,52 +76,67 @@ def _markdown_parts(text: str) -> Iterator[Part]:
         yield Part(heading or f"line {start}", "\n".join(paragraph))
 
 
+def _heading(line: str) -> str | None:
+    """An ATX heading's title ("## Setup ##" -> "Setup"), None for any other line. Read by hand, in linear time: a
+    regular expression for it backtracks for minutes on a long line of spaces."""
+    indent = len(line) - len(line.lstrip(" "))
+    rest = line[indent:]
+    level = len(rest) - len(rest.lstrip("#"))
+    if indent > 3 or not 1 <= level <= 6 or (len(rest) > level and rest[level] not in " \t"):
+        return None
+    title = rest[level:].strip().rstrip("#").strip()
+    return title or None
+
+
 def _html_parts(text: str) -> Iterator[Part]:
-    """Headings, paragraphs, list items, table cells and code blocks of an HTML page, in order, without its
-    scripts, styles and navigation (the standard library's parser: it never fails on broken markup)."""
-    reader = _HtmlBlocks()
-    reader.feed(text)
-    reader.close()
+    """An HTML page's text in blocks (paragraphs, list items, cells, code, and text between them), each under the
+    heading it follows, without scripts, styles and navigation. lxml's parser, in one pass: it closes the tags a
+    page leaves open (`<p>one<p>two`) as browsers do, and takes linear time on any markup."""
+    import lxml.html
+    from lxml import etree
+
+    try:
+        root = lxml.html.document_fromstring(text)
+    except (etree.ParserError, ValueError):
+        yield from _text_parts(text)
+        return
     heading = ""
-    for tag, content in reader.blocks:
-        if tag in _HEADINGS:
-            heading = content[:200]
-        yield Part(heading or "top of the page", content)
+    block: list[str] = []
+    skipping = 0  # inside a script, style or navigation element: its text is not the page's
+    in_heading: list[str] | None = None
 
+    def flush(preformatted: bool = False) -> Iterator[Part]:
+        joined = "".join(block)
+        content = joined.strip("\n") if preformatted else " ".join(joined.split())  # code keeps its lines
+        block.clear()
+        if content.strip():
+            yield Part(heading or "top of the page", content)
 
-class _HtmlBlocks(HTMLParser):
-    """Collects (tag, text) of each outermost block and heading."""
-
-    _SKIPPED = {"script", "style", "noscript", "template", "nav", "header", "footer", "svg"}
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.blocks: list[tuple[str, str]] = []
-        self._open: str | None = None  # the block being read
-        self._text: list[str] = []
-        self._skipping = 0
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag in self._SKIPPED:
-            self._skipping += 1
-        elif self._open is None and (tag in _HEADINGS or tag in _BLOCKS):
-            self._open, self._text = tag, []
-        elif self._open is not None and tag == "br":
-            self._text.append("\n")
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in self._SKIPPED:
-            self._skipping = max(0, self._skipping - 1)
-        elif tag == self._open:
-            raw = "".join(self._text)
-            content = raw.strip("\n") if tag == "pre" else " ".join(raw.split())
-            if content.strip():
-                self.blocks.append((tag, content))
-            self._open = None
-
-    def handle_data(self, data: str) -> None:
-        if self._open is not None and not self._skipping:
-            self._text.append(data)
+    for action, element in etree.iterwalk(root, events=("start", "end")):
+        tag = element.tag if isinstance(element.tag, str) else ""
+        if action == "start":
+            if tag in _SKIPPED:
+                skipping += 1
+            elif not skipping:
+                if tag in _HEADINGS or tag in _BLOCKS:
+                    yield from flush()
+                if tag in _HEADINGS:
+                    in_heading = []
+                (in_heading if in_heading is not None else block).append(element.text or "")
+            continue
+        if tag in _SKIPPED:
+            skipping -= 1
+        elif not skipping:
+            if tag in _HEADINGS and in_heading is not None:
+                heading = " ".join("".join(in_heading).split())[:200] or heading
+                in_heading = None
+                if heading:
+                    yield Part(heading, heading)
+            elif tag in _BLOCKS or tag == "br":
+                yield from flush(preformatted=tag == "pre")
+        if not skipping:
+            (in_heading if in_heading is not None else block).append(element.tail or "")
+    yield from flush()
 
 
 def _text_parts(text: str) -> Iterator[Part]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.domain.conversation import PASSAGES_PREAMBLE
+from app.domain.conversation import Attachment, Source
 from app.storage.errors import StorageError
 from app.storage.knowledge import KnowledgeStore
 from app.tools.tool_registry import ToolError, ToolHints, ToolOutput, ToolRegistry
@@ -60,8 +60,10 @@ class KnowledgeSearch:
             return ToolOutput(f"No passage of the user's documents matches {query!r}.", structured={"results": []})
         results = [{"number": n, "document": hit.document_name, "collection": names.get(hit.collection_id, ""),
                     "location": hit.location, "text": hit.text} for n, hit in enumerate(hits, 1)]
-        quoted = "\n\n".join(f"[{r['number']}] {r['document']}, {r['location']}\n{r['text']}" for r in results)
-        return ToolOutput(f"<passages>\n{PASSAGES_PREAMBLE}\n\n{quoted}\n</passages>", structured={"results": results})
+        # The same quoting as the Chat page's passages: marked as data, and no passage can end the block early.
+        quoted = Attachment("passages", "search results", sources=[
+            Source(n, hit.document_name, hit.location, hit.text, hit.passage_id) for n, hit in enumerate(hits, 1)])
+        return ToolOutput(quoted.prompt_text(), structured={"results": results})
 
 
 def knowledge_tools(store: KnowledgeStore, owner: str) -> ToolRegistry:

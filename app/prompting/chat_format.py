@@ -97,12 +97,12 @@ def process_input(conversation: Conversation, system_prompt: str = "",
 
 
 def _prompt_message(message: Message, shown: set[int], policy: ImagePolicy, newest: bool) -> ChatMessage:
-    data = message.to_openai()
+    data = message.to_openai(current=newest or message.role != "user")
     if message.role != "user" or not message.images:
         return data
     parts: list[ContentPart] = [image_part(image) for image in message.images if id(image) in shown]
     notes = [policy.note(image, newest) for image in message.images if id(image) not in shown]
-    text = "\n".join([*notes, message.prompt_text()]).strip()
+    text = "\n".join([*notes, message.prompt_text(newest)]).strip()
     data["content"] = [*parts, *text_parts(text)] if parts else text
     return data
 

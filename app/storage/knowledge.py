@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from sqlalchemy import String, bindparam, delete, func, insert, select, text, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.storage.database import rowcount
@@ -30,6 +31,14 @@ MAX_NAME = 200
 MAX_DOCUMENT_NAME = 300
 MAX_LOCATION = 200
 MAX_QUERY_TERMS = 32
+MAX_TERM_CHARS = 60
+# English function words (the app's text search is English-stemmed on both backends).
+STOPWORDS = frozenset("""a about above after again against all am an and any are as at be because been before being
+below between both but by can could did do does doing down during each few for from further had has have having he
+her here hers herself him himself his how i if in into is it its itself just me more most my myself no nor not now of
+off on once only or other our ours ourselves out over own same she should so some such than that the their theirs
+them themselves then there these they this those through to too under until up very was we were what when where
+which while who whom why will with would you your yours yourself yourselves""".split())
 _WORD = re.compile(r"\w+")
 _INSERT_BATCH = 500
 
@@ -103,6 +112,10 @@ class KnowledgeStore(EngineStore):
                 raise KnowledgeRefused(f"You already have a collection named {name!r}: pick another name.")
             row = C(id=str(uuid.uuid4()), owner=owner, name=name, created_at=now, updated_at=now)
             session.add(row)
+            try:
+                session.flush()
+            except IntegrityError as exc:  # made by another request at the same moment
+                raise KnowledgeRefused(f"You already have a collection named {name!r}: pick another name.") from exc
         return Collection(row.id, row.name, now, now, 0, 0)
 
     def collections(self, owner: str) -> builtins.list[Collection]:
@@ -142,7 +155,12 @@ class KnowledgeStore(EngineStore):
                      passages: Sequence[NewPassage], note: str = "",
                      limits: KnowledgeLimits | None = None) -> KnowledgeDocument:
         """Stores a read document's passages. KnowledgeRefused when the collection is not the owner's, the same
-        file is in it already, or the owner's limits would be passed."""
+        file is in it already, or the owner's limits would be passed.
+
+        The document is first reserved against the limits (one owner's reservations one at a time: PostgreSQL
+        takes an advisory lock on the owner, SQLite its write lock), then its passages are stored in batches, each
+        a short transaction of its own, and it is found by searches once all are there. A failure on the way
+        removes it again."""
         limits = limits or KnowledgeLimits()
         name = (name.strip() or "document")[:MAX_DOCUMENT_NAME]
         if not passages:
@@ -150,6 +168,7 @@ class KnowledgeStore(EngineStore):
         now = datetime.now(UTC)
         characters = sum(len(passage.text) for passage in passages)
         with self._writing() as session:
+            _lock_owner(session, owner)
             if not session.scalar(select(func.count()).where(C.owner == owner, C.id == collection_id)):
                 raise KnowledgeRefused("That collection does not exist (any more).")
             same = session.scalar(select(D.name).where(D.collection_id == collection_id, D.sha256 == sha256))
@@ -158,35 +177,47 @@ class KnowledgeStore(EngineStore):
             _check_limits(session, owner, len(passages), size_bytes, limits)
             row = D(id=str(uuid.uuid4()), collection_id=collection_id, owner=owner, name=name, sha256=sha256,
                     size_bytes=size_bytes, characters=characters, chunk_count=len(passages), note=note[:2000],
-                    created_at=now)
+                    ready=False, created_at=now)
             session.add(row)
-            session.flush()
-            rows = [{"document_id": row.id, "ordinal": index, "location": passage.location[:MAX_LOCATION],
-                     "text": passage.text} for index, passage in enumerate(passages)]
-            for start in range(0, len(rows), _INSERT_BATCH):
-                session.execute(insert(K), rows[start:start + _INSERT_BATCH])
-            session.execute(update(C).where(C.id == collection_id).values(updated_at=now))
+            try:
+                session.flush()
+            except IntegrityError as exc:  # the same file, added by another request at the same moment
+                raise KnowledgeRefused(f"{name} is in this collection already.") from exc
+        try:
+            for start in range(0, len(passages), _INSERT_BATCH):
+                with self._writing() as session:
+                    session.execute(insert(K), [
+                        {"document_id": row.id, "ordinal": index, "location": passage.location[:MAX_LOCATION],
+                         "text": passage.text}
+                        for index, passage in enumerate(passages[start:start + _INSERT_BATCH], start)])
+            with self._writing() as session:
+                session.execute(update(D).where(D.id == row.id).values(ready=True))
+                session.execute(update(C).where(C.id == collection_id).values(updated_at=now))
+        except BaseException:
+            self.delete_document(owner, row.id)  # what was stored of it goes, with its reservation
+            raise
+        row.ready = True
         return _document(row)
 
     def find_document(self, owner: str, collection_id: str, sha256: str) -> KnowledgeDocument | None:
         """The document of these bytes in the collection, if it is there."""
         with self._reading() as session:
             row = session.scalars(select(D).where(D.owner == owner, D.collection_id == collection_id,
-                                                  D.sha256 == sha256)).first()
+                                                  D.sha256 == sha256, D.ready)).first()
         return _document(row) if row is not None else None
 
     def collection_named(self, owner: str, name: str) -> Collection:
         """The owner's collection of this name, made if there is none (two callers at once get the same one)."""
         name = _name(name)
-        with self._writing() as session:
-            row = session.scalars(select(C).where(C.owner == owner, C.name == name)).first()
-            if row is None:
-                now = datetime.now(UTC)
-                row = C(id=str(uuid.uuid4()), owner=owner, name=name, created_at=now, updated_at=now)
-                session.add(row)
-        found = self.collection(owner, row.id)
-        assert found is not None
-        return found
+        for _ in range(2):
+            found = next((c for c in self.collections(owner) if c.name == name), None)
+            if found is not None:
+                return found
+            try:
+                return self.create_collection(owner, name)
+            except KnowledgeRefused:
+                continue  # another request made it just now: read it
+        raise KnowledgeRefused(f"The collection {name!r} could not be made; try again.")
 
     def documents(self, owner: str, collection_id: str) -> builtins.list[KnowledgeDocument]:
         with self._reading() as session:
@@ -206,7 +237,9 @@ class KnowledgeStore(EngineStore):
                document_ids: Sequence[str] = ()) -> builtins.list[Hit]:
         """The passages of the owner's collections (and single documents) that best match `query`'s words, best
         first. The words are matched as words (any of them; stemmed), so no query syntax reaches the database."""
-        terms = list(dict.fromkeys(word.casefold() for word in _WORD.findall(query)))[:MAX_QUERY_TERMS]
+        words = list(dict.fromkeys(word.casefold() for word in _WORD.findall(query) if len(word) <= MAX_TERM_CHARS))
+        # Words that say what is asked, not how: matched by every passage, they only cost (and they rank by chance).
+        terms = [word for word in words if word not in STOPWORDS][:MAX_QUERY_TERMS]
         if not terms or not (collection_ids or document_ids):
             return []
         limit = max(1, min(int(limit), 50))
@@ -218,7 +251,7 @@ class KnowledgeStore(EngineStore):
                     f"FROM knowledge_chunks c JOIN knowledge_documents d ON d.id = c.document_id, "
                     f"to_tsquery('{KNOWLEDGE_LANGUAGE}', :query) q "
                     f"WHERE to_tsvector('{KNOWLEDGE_LANGUAGE}', c.text) @@ q "
-                    "AND d.owner = :owner AND (d.collection_id IN :ids OR d.id IN :documents) "
+                    "AND d.owner = :owner AND d.ready AND (d.collection_id IN :ids OR d.id IN :documents) "
                     "ORDER BY score DESC, c.id LIMIT :limit")
                 match = " | ".join(terms)
             else:
@@ -226,7 +259,7 @@ class KnowledgeStore(EngineStore):
                     "SELECT c.id, c.document_id, d.name, d.collection_id, c.location, c.text, "
                     f"-bm25({KNOWLEDGE_FTS_TABLE}) AS score FROM {KNOWLEDGE_FTS_TABLE} f "
                     "JOIN knowledge_chunks c ON c.id = f.rowid JOIN knowledge_documents d ON d.id = c.document_id "
-                    f"WHERE {KNOWLEDGE_FTS_TABLE} MATCH :query AND d.owner = :owner "
+                    f"WHERE {KNOWLEDGE_FTS_TABLE} MATCH :query AND d.owner = :owner AND d.ready "
                     "AND (d.collection_id IN :ids OR d.id IN :documents) ORDER BY score DESC, c.id LIMIT :limit")
                 match = " OR ".join(f'"{term}"' for term in terms)  # \w+ words: no quote can be in one
             statement = statement.bindparams(bindparam("ids", expanding=True, type_=String()),
@@ -242,6 +275,12 @@ class KnowledgeStore(EngineStore):
                 select(K.id, K.document_id, D.name, D.collection_id, K.location, K.text)
                 .join(D, D.id == K.document_id).where(K.id == passage_id, D.owner == owner)).first()
         return Hit(int(row[0]), row[1], row[2], row[3], row[4], row[5], 0.0) if row else None
+
+
+def _lock_owner(session: Session, owner: str) -> None:
+    """One owner's reservations one at a time (PostgreSQL; SQLite's write lock already serialises writers)."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SELECT pg_advisory_xact_lock(hashtext(:owner))"), {"owner": f"knowledge:{owner}"})
 
 
 def _check_limits(session: Session, owner: str, passages: int, size_bytes: int, limits: KnowledgeLimits) -> None:

@@ -177,7 +177,7 @@ class KnowledgeCollectionRow(Base):
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
 
-    __table_args__ = (Index("ix_knowledge_collections_owner_name", "owner", "name"),)
+    __table_args__ = (Index("ix_knowledge_collections_owner_name", "owner", "name", unique=True),)
 
 
 class KnowledgeDocumentRow(Base):
@@ -195,10 +195,14 @@ class KnowledgeDocumentRow(Base):
     characters: Mapped[int] = mapped_column(BigInteger)
     chunk_count: Mapped[int]
     note: Mapped[str] = mapped_column(Text)  # why reading stopped early, "" when it did not
+    # False while its passages are being stored (in batches, so a large document never holds SQLite's write lock
+    # for long): counted against the limits already, found by no search yet.
+    ready: Mapped[bool] = mapped_column(server_default=false())
     created_at: Mapped[datetime]
 
     __table_args__ = (
-        Index("ix_knowledge_documents_collection_id", "collection_id"),
+        # The same file once per collection, also when two uploads of it race.
+        Index("ix_knowledge_documents_collection_id_sha256", "collection_id", "sha256", unique=True),
         Index("ix_knowledge_documents_owner", "owner"),
     )
 
@@ -219,4 +223,5 @@ class KnowledgeChunkRow(Base):
         Index("ix_knowledge_chunks_document_id_ordinal", "document_id", "ordinal"),
         Index(KNOWLEDGE_TSVECTOR_INDEX, sql_text(f"to_tsvector('{KNOWLEDGE_LANGUAGE}', text)"),
               postgresql_using="gin").ddl_if(dialect="postgresql"),
+        {"sqlite_autoincrement": True},  # a deleted passage's id is never reused: a stored citation names one
     )

@@ -263,16 +263,20 @@ def _docx(name: str, data: bytes, settings: DocumentSettings) -> Iterator[Part |
 
     check_office_zip(name, data, settings)
     document = Document(io.BytesIO(data))
+    # Heading styles by id, looked up once: python-docx finds a paragraph's style by an XPath search over all the
+    # styles, which a file of thousands of styles and paragraphs turns into minutes.
+    headings = {style.style_id for style in document.styles
+                if (style.name or "").startswith(("Heading", "Title")) and style.style_id}
     heading = ""
     for number, block in enumerate(document.iter_inner_content(), 1):  # paragraphs and tables in document order
         where = heading or f"paragraph {number}"  # before the first heading: by its place
         if isinstance(block, Paragraph):
             text = block.text
-            style = block.style.name if block.style is not None else ""
-            if text.strip() and (style or "").startswith(("Heading", "Title")):
+            if not text.strip():
+                continue
+            if block._p.style in headings:  # the paragraph's own style id, read from its XML without a search
                 heading = where = text.strip()[:200]
-            if text.strip():
-                yield Part(where, text)
+            yield Part(where, text)
         elif isinstance(block, Table):
             for index, row in enumerate(block.rows):  # a table is one block, its rows on their own lines
                 yield Part(where, " | ".join(cell.text.strip() for cell in row.cells), "\n" if index else "\n\n")

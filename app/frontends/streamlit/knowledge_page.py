@@ -77,6 +77,13 @@ def _create(owner: str, name: str) -> None:
 
 
 def _collection(owner: str, collection: Collection) -> None:
+    try:
+        _collection_body(owner, collection)
+    except StorageError as exc:
+        st.error(safe_markdown(f"The database cannot be reached ({exc}); try again in a moment."))
+
+
+def _collection_body(owner: str, collection: Collection) -> None:
     with st.container(border=True, key="knowledge_collection"):
         st.caption(safe_markdown(_collection_label(collection)))
         round_ = st.session_state.get(_ROUND, 0)  # a new uploader after each Add: the files just added leave it
@@ -182,7 +189,10 @@ def attach_chosen(conversation: Conversation) -> None:
     owner = persistence.owner()
     if owner is None:
         return
-    names = {c.id: c.name for c in store().collections(owner)}
+    try:
+        names = {c.id: c.name for c in store().collections(owner)}
+    except StorageError:
+        return  # the database is away: the question goes out without them (passages_for_turn says so)
     for cid in chosen:
         if cid not in searched and cid in names:
             conversation.messages[index].attachments.append(Attachment(

@@ -40,7 +40,7 @@ def upgrade() -> None:
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_knowledge_collections"),
     )
-    op.create_index("ix_knowledge_collections_owner_name", "knowledge_collections", ["owner", "name"])
+    op.create_index("ix_knowledge_collections_owner_name", "knowledge_collections", ["owner", "name"], unique=True)
     op.create_table(
         "knowledge_documents",
         sa.Column("id", sa.String(36), nullable=False),
@@ -52,12 +52,14 @@ def upgrade() -> None:
         sa.Column("characters", sa.BigInteger(), nullable=False),
         sa.Column("chunk_count", sa.Integer(), nullable=False),
         sa.Column("note", sa.Text(), nullable=False),
+        sa.Column("ready", sa.Boolean(), server_default=sa.false(), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(["collection_id"], ["knowledge_collections.id"], ondelete="CASCADE",
                                 name="fk_knowledge_documents_collection_id_knowledge_collections"),
         sa.PrimaryKeyConstraint("id", name="pk_knowledge_documents"),
     )
-    op.create_index("ix_knowledge_documents_collection_id", "knowledge_documents", ["collection_id"])
+    op.create_index("ix_knowledge_documents_collection_id_sha256", "knowledge_documents", ["collection_id", "sha256"],
+                    unique=True)
     op.create_index("ix_knowledge_documents_owner", "knowledge_documents", ["owner"])
     op.create_table(
         "knowledge_chunks",
@@ -69,6 +71,7 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(["document_id"], ["knowledge_documents.id"], ondelete="CASCADE",
                                 name="fk_knowledge_chunks_document_id_knowledge_documents"),
         sa.PrimaryKeyConstraint("id", name="pk_knowledge_chunks"),
+        sqlite_autoincrement=True,
     )
     op.create_index("ix_knowledge_chunks_document_id_ordinal", "knowledge_chunks", ["document_id", "ordinal"])
     if op.get_bind().dialect.name == "postgresql":
