@@ -12,13 +12,17 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, create_engine, make_url, text
 
 from app.storage import sqlite as sqlite_setup
 from app.storage.database import _json_dumps, database_url
 from app.storage.migrate import alembic_config
+from app.storage.tables import KNOWLEDGE_FTS_TABLE, KNOWLEDGE_TSVECTOR_INDEX, TRIGRAM_INDEX, Base
 from harness.local_http import free_port
 
 NOT_INSTALLED = ("Debian's postgresql is not installed (apt-get install postgresql): the PostgreSQL variant of the "
@@ -94,3 +98,16 @@ def migrate(engine: Engine, direction: str, revision: str) -> None:
     with engine.begin() as connection:
         config.attributes["connection"] = connection
         getattr(command, direction)(config, revision)
+
+
+def schema_differences(engine: Engine) -> list[Any]:
+    """What a migrated database has beyond, or lacks of, what the models declare (Base.metadata), leaving out what
+    the models cannot declare."""
+    with engine.connect() as connection:
+        differences = compare_metadata(MigrationContext.configure(connection), Base.metadata)
+    # The trigram and tsvector indexes exist on PostgreSQL only (ddl_if), which autogenerate does not know; SQLite's
+    # full-text search over knowledge passages is an FTS5 virtual table (with its shadow tables) the models leave out.
+    postgres_only = {TRIGRAM_INDEX, KNOWLEDGE_TSVECTOR_INDEX}
+    return [d for d in differences
+            if not (engine.dialect.name == "sqlite" and d[0] == "add_index" and d[1].name in postgres_only)
+            and not (d[0] == "remove_table" and d[1].name.startswith(KNOWLEDGE_FTS_TABLE))]

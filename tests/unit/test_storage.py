@@ -13,8 +13,6 @@ import tomllib
 from datetime import UTC, datetime
 
 import pytest
-from alembic.autogenerate import compare_metadata
-from alembic.runtime.migration import MigrationContext
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
@@ -46,12 +44,12 @@ from app.storage.tables import (
     KNOWLEDGE_FTS_TABLE,
     KNOWLEDGE_TSVECTOR_INDEX,
     TRIGRAM_INDEX,
-    Base,
     ConversationRow,
     MessageRow,
 )
 from app.storage.transfer import MAX_IMPORT_BYTES
 from app.tools.documents import MAX_UPLOAD_BYTES as MAX_DOCUMENT_BYTES
+from tests.database import schema_differences
 from tests.helpers import ROOT, at_once
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256))
@@ -159,17 +157,6 @@ def test_markdown_export_is_readable():
 @pytest.fixture
 def store(engine: Engine) -> ConversationStore:
     return ConversationStore(engine)
-
-
-def schema_differences(engine: Engine) -> list:
-    with engine.connect() as connection:
-        differences = compare_metadata(MigrationContext.configure(connection), Base.metadata)
-    # The trigram and tsvector indexes exist on PostgreSQL only (ddl_if), which autogenerate does not know; SQLite's
-    # full-text search over knowledge passages is an FTS5 virtual table (with its shadow tables) the models leave out.
-    postgres_only = {TRIGRAM_INDEX, KNOWLEDGE_TSVECTOR_INDEX}
-    return [d for d in differences
-            if not (engine.dialect.name == "sqlite" and d[0] == "add_index" and d[1].name in postgres_only)
-            and not (d[0] == "remove_table" and d[1].name.startswith(KNOWLEDGE_FTS_TABLE))]
 
 
 def test_opening_an_empty_database_migrates_it_to_head_once(database_url):
