@@ -65,3 +65,5 @@ def test_a_collection_chosen_on_the_chat_page_answers_with_sources(monkeypatch, 
         kinds = [attachment.kind for attachment in question.attachments]
         assert kinds == ["document", "passages"] and question.attachments[1].sources[0].location == "line 1"
         assert "Schooner Marigold" in question.prompt_text().replace("schooner", "Schooner")
+        at.multiselect(key=CHOSEN).set_value([]).run()  # un-chosen: the conversation still says what it searches
+        assert "This conversation searches **Local history**" in _text(at)

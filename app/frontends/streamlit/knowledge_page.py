@@ -159,8 +159,9 @@ def _delete(owner: str, collection: Collection) -> None:
 
 # ----- on the chat pages -------------------------------------------------------------------------------------------
 
-def choose_in_sidebar() -> None:
-    """The collections a conversation searches, in the page's sidebar section (owners only)."""
+def choose_in_sidebar(conversation: Conversation) -> None:
+    """The collections the next questions search, in the page's sidebar section (owners only), and those the
+    conversation searches already (chosen for an earlier question, they stay with it)."""
     owner = persistence.owner()
     if owner is None:
         return
@@ -176,6 +177,10 @@ def choose_in_sidebar() -> None:
                    format_func=lambda cid: safe_label(by_id[cid].name),
                    help="Each question from now on is answered from these collections too, with sources. Manage "
                         "them on the Knowledge page.")
+    already = [by_id[cid].name for cid in scope_of(conversation).collections if cid in by_id]
+    if already:
+        st.caption(safe_markdown("This conversation searches " + ", ".join(f"**{name}**" for name in already)
+                                 + ": chosen for an earlier question, they stay with it."))
 
 
 def attach_chosen(conversation: Conversation) -> None:

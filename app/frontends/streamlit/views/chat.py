@@ -16,7 +16,7 @@ settings = sidebar.current()
 conversation = state.conversation(PAGE)
 
 with sidebar.page_section():
-    knowledge_page.choose_in_sidebar()
+    knowledge_page.choose_in_sidebar(conversation)
 
 st.title("Chat")
 client = load_client(settings.model)
