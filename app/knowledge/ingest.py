@@ -34,7 +34,8 @@ def add_file(store: KnowledgeStore, owner: str, collection_id: str, name: str, d
             said[0] = time.monotonic()
             say(f"Reading {name}: {count:,} parts")
 
-    parts, cut = read_parts(name, data, DocumentSettings.from_env(), on_part=on_part)
+    parts, cut = read_parts(name, data, DocumentSettings.from_env(), on_part=on_part,
+                            max_chars=settings.max_passages_per_document * settings.passage_chars)
     passages = chunk(parts, settings.passage_chars, settings.overlap_chars)
     if len(passages) > settings.max_passages_per_document:
         raise KnowledgeRefused(

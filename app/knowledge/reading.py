@@ -21,12 +21,14 @@ _SKIPPED = {"script", "style", "noscript", "template", "nav", "header", "footer"
 
 
 def read_parts(name: str, data: bytes, settings: DocumentSettings | None = None,
-               on_part: OnPart | None = None) -> tuple[list[Part], str]:
-    """Every part of the document, and why reading stopped early ("" when it did not)."""
+               on_part: OnPart | None = None, max_chars: int | None = None) -> tuple[list[Part], str]:
+    """Every part of the document, and why reading stopped early ("" when it did not). Past `max_chars` characters
+    reading stops with a DocumentError: a document that could never be stored is not read to its end."""
     settings = settings or DocumentSettings.from_env()
     suffix = PurePath(name).suffix.lower()
     parts: list[Part] = []
     cut = ""
+    characters = 0
     if suffix in (".pdf", ".docx", ".pptx"):
         source: Iterator[Part | Cut] = iter_parts(name, data, settings)
     else:
@@ -44,6 +46,11 @@ def read_parts(name: str, data: bytes, settings: DocumentSettings | None = None,
                 break
             if part.text.strip():
                 parts.append(part)
+                characters += len(part.text)
+                if max_chars is not None and characters > max_chars:
+                    raise DocumentError(f"{name} holds more than {max_chars:,} characters, more than one document "
+                                        "may (DEMO_KNOWLEDGE_MAX_DOCUMENT_PASSAGES): split it, or ask an "
+                                        "administrator.")
                 if on_part is not None:
                     on_part(len(parts))
     if not parts:

@@ -166,6 +166,9 @@ def test_a_deleted_document_is_no_longer_found_and_the_limits_hold(store):
     with pytest.raises(KnowledgeRefused, match="DEMO_KNOWLEDGE_MAX_FILE_MB"):
         add_file(store, "alice", collection.id, "big.txt", b"x" * (2 * 2**20), settings=KnowledgeSettings(
             max_file_mb=1))
+    with pytest.raises(DocumentError, match="DEMO_KNOWLEDGE_MAX_DOCUMENT_PASSAGES"):  # stops reading early
+        add_file(store, "alice", collection.id, "huge.txt", ("word " * 5000).encode(),
+                 settings=KnowledgeSettings(passage_chars=200, max_passages_per_document=2))
     assert store.documents("alice", collection.id) == []  # nothing half-stored
     assert store.delete_collection("alice", collection.id) and store.collections("alice") == []
 
