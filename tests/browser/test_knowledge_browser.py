@@ -39,7 +39,9 @@ def test_a_long_pdf_is_searched_for_each_question_and_its_sources_open(app_url, 
     page.mouse.move(700, 5)
     readme_screenshot(page, "knowledge-chat.png")
 
-    # A follow-up without the file: the same document is searched for it.
+    # A follow-up without the file: the same document is searched for it. The message box takes text again once
+    # the run after Stop has ended (it is disabled while the page runs; a loaded machine makes that run slow).
+    expect(box).to_be_enabled(timeout=120_000)
     box.fill(FACTS[37][1])
     box.press("Enter")
     follow_up = page.locator('[data-testid="stChatMessage"]').nth(2)
@@ -91,6 +93,7 @@ def test_a_collection_is_filled_on_the_knowledge_page_and_answers_on_the_chat_pa
     page.get_by_role("option", name="Parish records").click()
     page.keyboard.press("Escape")
     box = page.get_by_test_id("stChatInputTextArea")
+    expect(box).to_be_enabled(timeout=120_000)
     box.fill(FACTS[299][1])
     box.press("Enter")
     question = page.locator('[data-testid="stChatMessage"]').nth(0)
