@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import expect
 
 from tests.helpers import model_loaded, readme_screenshot, stop_and_check
@@ -71,8 +72,8 @@ def test_a_collection_is_filled_on_the_knowledge_page_and_answers_on_the_chat_pa
     page.get_by_label("Name").press("Enter")
     page.get_by_role("button", name="Create").click()
     expect(page.get_by_text("Made the collection Parish records")).to_be_visible(timeout=30_000)
-    page.locator('[data-testid="stFileUploader"] input[type="file"]').set_input_files(str(pdf))
-    page.get_by_text("parish-records.pdf").first.wait_for(timeout=10_000)
+    expect(page.get_by_text("No documents in it yet.")).to_be_visible(timeout=30_000)  # the new collection drawn
+    attach(page, pdf)
     page.get_by_role("button", name="Add", exact=True).click()
     expect(page.get_by_text("Added 1 document to Parish records.")).to_be_visible(timeout=120_000)
     expect(page.locator(".st-key-knowledge_collection")).to_contain_text(
@@ -104,3 +105,16 @@ def test_a_collection_is_filled_on_the_knowledge_page_and_answers_on_the_chat_pa
     sources.locator("summary").click()
     expect(sources).to_contain_text("[1] parish-records.pdf · page 299")
     page.close()
+
+
+def attach(page, path) -> None:
+    """Put a file in the page's uploader. A run of the page that was still drawing can replace the uploader just
+    after the file went in (CI saw the file vanish): then it is put in again, as a person would."""
+    for _ in range(3):
+        page.locator('[data-testid="stFileUploader"] input[type="file"]').set_input_files(str(path))
+        try:
+            page.get_by_text(path.name).first.wait_for(timeout=10_000)
+            return
+        except PlaywrightTimeout:  # the uploader was replaced under it: again
+            continue
+    raise AssertionError(f"{path.name} did not appear in the uploader")
