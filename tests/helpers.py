@@ -249,6 +249,29 @@ def require_llama_cpp() -> None:
         pytest.skip("llama-cpp-python is not installed (make setup-llamacpp builds it)")
 
 
+def end_answer(page: Any, bubble: Any) -> None:
+    """Once `bubble` has streamed some text, press its Stop, unless the answer has ended by itself meanwhile (a small
+    model may end after a dozen tokens): either way it ends with its metrics line, and the page settles."""
+    from playwright.sync_api import Error as PlaywrightError
+    from playwright.sync_api import expect
+
+    stop = bubble.get_by_role("button", name="Stop")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        text = bubble.inner_text()
+        if stop.count() == 0 and "tok/s" in text:  # ended by itself
+            break
+        if stop.count() and len(text) >= 60 and "waiting for the model" not in text:
+            try:
+                stop.click(timeout=2_000)
+            except PlaywrightError:  # it ended between the look and the click
+                pass
+            break
+        time.sleep(0.1)
+    expect(bubble.get_by_test_id("stCaptionContainer").filter(has_text="tok/s").first).to_be_visible(timeout=60_000)
+    settle(page, bubble)
+
+
 def stop_and_check(page: Any, bubble: Any) -> None:
     """Once `bubble` streams some text, press its Stop: the text stops growing and is marked Stopped, with its
     metrics, without any further interaction."""

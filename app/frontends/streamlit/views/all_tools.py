@@ -67,8 +67,9 @@ with st.expander("What the tools can do, and what the Python sandbox does and do
     )
 
 # Pinned to the bottom wherever it is called: called first, so that the welcome knows whether a message came.
+# Open while an answer is written, as on the Chat page (views/chat.py says why).
 box = approvals.message_box(welcome.PLACEHOLDERS[PAGE], conversation)
-submitted = st.chat_input(box.placeholder, disabled=box.disabled, submit_mode="disable", key="all_tools_input",
+submitted = st.chat_input(box.placeholder, disabled=box.disabled, key="all_tools_input",
                           accept_file="multiple", file_type=ATTACHMENT_TYPES)
 submitted = mcp_library.render(PAGE, "all_tools_input", submitted)  # servers' prompts and resources
 conversation_box = render_history(PAGE, conversation, tools_of_session.browser.link_citations, tools)

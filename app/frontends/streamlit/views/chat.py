@@ -23,8 +23,10 @@ client = load_client(settings.model)
 show_model(client)
 
 # Pinned to the bottom wherever it is called: called first, so that the welcome knows whether a message came.
-prompt = st.chat_input(welcome.PLACEHOLDERS[PAGE], submit_mode="disable",
-                       key="chat_input", accept_file="multiple", file_type=ATTACHMENT_TYPES)
+# Open while an answer is written: a message sent then stops that answer (kept, marked Stopped) and is answered.
+# Not submit_mode="disable": Streamlit 1.67 can leave that box disabled after the run has ended, when a timer
+# fragment (the model status) finishes just after the run, until some other click reruns the page.
+prompt = st.chat_input(welcome.PLACEHOLDERS[PAGE], key="chat_input", accept_file="multiple", file_type=ATTACHMENT_TYPES)
 conversation_box = render_history(PAGE, conversation)
 with conversation_box:  # the new message and the answer go on in it
     welcome.render(PAGE, conversation, submitted=prompt)

@@ -85,7 +85,7 @@ if (decided := st.session_state.pop(_DECIDED, None)) is not None and compare.com
 
 
 submitted = st.chat_input("Send to every target...", key="compare_input", accept_file="multiple",
-                          file_type=ATTACHMENT_TYPES, submit_mode="disable",
+                          file_type=ATTACHMENT_TYPES,
                           disabled=compare.running or problem is not None)
 if problem is not None:
     st.warning(safe_markdown(f"**Targets not ready.** {problem}"), icon=":material/warning:")

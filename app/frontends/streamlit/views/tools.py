@@ -25,8 +25,9 @@ if client is not None:
     warm_turn(client, settings.params, settings.system_prompt, tools)  # the tools' schemas read before the first turn
 
 # Pinned to the bottom wherever it is called: called first, so that the welcome knows whether a message came.
+# Open while an answer is written, as on the Chat page (views/chat.py says why).
 box = approvals.message_box(welcome.PLACEHOLDERS[PAGE], conversation)
-prompt = st.chat_input(box.placeholder, disabled=box.disabled, submit_mode="disable", key="tools_input")
+prompt = st.chat_input(box.placeholder, disabled=box.disabled, key="tools_input")
 prompt = mcp_library.render(PAGE, "tools_input", prompt)  # servers' prompts and resources; attaches the chosen ones
 conversation_box = render_history(PAGE, conversation, tools=tools)
 with conversation_box:  # the new message and the answer go on in it
