@@ -10,7 +10,7 @@ import re
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import expect
 
-from tests.helpers import model_loaded, readme_screenshot, stop_and_check
+from tests.helpers import end_answer, model_loaded, readme_screenshot
 from tests.knowledge_fixtures import FACTS, long_pdf_bytes
 
 
@@ -33,23 +33,21 @@ def test_a_long_pdf_is_searched_for_each_question_and_its_sources_open(app_url, 
     sources = question.get_by_test_id("stExpander").filter(has_text="Sources")
     expect(sources).to_contain_text(re.compile(r"passages? from local-history\.pdf"), timeout=60_000)
     answer = page.locator('[data-testid="stChatMessage"]').nth(1)
-    stop_and_check(page, answer)  # once it has written a little: enough of the 135M model's answer
+    end_answer(page, answer)  # once it has written a little: enough of the 135M model's answer
     sources.locator("summary").click()
     expect(sources).to_contain_text("[1] local-history.pdf · page 212")
     expect(sources).to_contain_text("eleven shillings")
     page.mouse.move(700, 5)
     readme_screenshot(page, "knowledge-chat.png")
 
-    # A follow-up without the file: the same document is searched for it. The message box takes text again once
-    # the run after Stop has ended (it is disabled while the page runs; a loaded machine makes that run slow).
-    expect(box).to_be_enabled(timeout=120_000)
+    # A follow-up without the file: the same document is searched for it.
     box.fill(FACTS[37][1])
     box.press("Enter")
     follow_up = page.locator('[data-testid="stChatMessage"]').nth(2)
     follow_sources = follow_up.get_by_test_id("stExpander").filter(has_text="Sources")
     expect(follow_sources).to_contain_text(re.compile(r"passages? from local-history\.pdf"), timeout=120_000)
     follow_answer = page.locator('[data-testid="stChatMessage"]').nth(3)
-    stop_and_check(page, follow_answer)
+    end_answer(page, follow_answer)
     follow_sources.locator("summary").click()
     expect(follow_sources).to_contain_text("[1] local-history.pdf · page 37")
 
@@ -101,7 +99,7 @@ def test_a_collection_is_filled_on_the_knowledge_page_and_answers_on_the_chat_pa
     expect(question).to_contain_text("Parish records", timeout=60_000)
     sources = question.get_by_test_id("stExpander").filter(has_text="Sources")
     expect(sources).to_contain_text(re.compile(r"passages? from parish-records\.pdf"), timeout=60_000)
-    stop_and_check(page, page.locator('[data-testid="stChatMessage"]').nth(1))
+    end_answer(page, page.locator('[data-testid="stChatMessage"]').nth(1))
     sources.locator("summary").click()
     expect(sources).to_contain_text("[1] parish-records.pdf · page 299")
     page.close()
@@ -109,9 +107,12 @@ def test_a_collection_is_filled_on_the_knowledge_page_and_answers_on_the_chat_pa
 
 def attach(page, path) -> None:
     """Put a file in the page's uploader. A run of the page that was still drawing can replace the uploader just
-    after the file went in (CI saw the file vanish): then it is put in again, as a person would."""
+    after the file went in (CI saw the file vanish): then it is put in again, as a person would. While a run draws
+    the page, the old uploader and the new one can both be there for a moment: the file waits for one."""
+    uploader = page.locator('[data-testid="stFileUploader"] input[type="file"]')
     for _ in range(3):
-        page.locator('[data-testid="stFileUploader"] input[type="file"]').set_input_files(str(path))
+        expect(uploader).to_have_count(1, timeout=30_000)  # not while a run draws a second one over the first
+        uploader.set_input_files(str(path))
         try:
             page.get_by_text(path.name).first.wait_for(timeout=10_000)
             return
