@@ -9,11 +9,13 @@ from contextlib import closing, nullcontext
 from pathlib import PurePath
 
 from app.config import DocumentSettings
-from app.tools.documents import Cut, DocumentError, Part, decode_text, iter_parts
+from app.tools.documents import UPLOAD_TYPES, Cut, DocumentError, Part, decode_text, iter_parts
 
 OnPart = Callable[[int], None]  # called with the number of parts read so far (a progress bar's feed)
 _HTML_SUFFIXES = {".html", ".htm", ".xhtml"}
 _MARKDOWN_SUFFIXES = {".md", ".markdown"}
+# What knowledge reads, by file name extension (without the dot): what a message takes, and HTML and Markdown.
+READABLE_TYPES = sorted({*UPLOAD_TYPES, *(suffix.lstrip(".") for suffix in _HTML_SUFFIXES | _MARKDOWN_SUFFIXES)})
 _HEADINGS = {"h1", "h2", "h3", "h4", "h5", "h6"}
 _BLOCKS = {"p", "li", "ul", "ol", "pre", "blockquote", "td", "th", "tr", "table", "dt", "dd", "dl", "figcaption",
            "caption", "div", "section", "article", "main", "aside", "body", "hr", "figure", "address"}

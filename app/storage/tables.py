@@ -12,7 +12,20 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, Dialect, ForeignKey, Index, Integer, MetaData, String, Text, false
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Dialect,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Text,
+    false,
+)
 from sqlalchemy import text as sql_text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
@@ -225,3 +238,42 @@ class KnowledgeChunkRow(Base):
               postgresql_using="gin").ddl_if(dialect="postgresql"),
         {"sqlite_autoincrement": True},  # a deleted passage's id is never reused: a stored citation names one
     )
+
+
+class ApiFileRow(Base):
+    """A file uploaded through the API's /v1/files (OpenAI's Files API), with its bytes: added to a vector store, it
+    is read into that knowledge collection (app/storage/api_files.py)."""
+
+    __tablename__ = "api_files"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)  # "file-" and 24 hex digits
+    owner: Mapped[str] = mapped_column(String(200))
+    filename: Mapped[str] = mapped_column(String(300))
+    purpose: Mapped[str] = mapped_column(String(40))
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    sha256: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime]
+    data: Mapped[bytes] = mapped_column(LargeBinary)  # last: listing reads the columns before it only
+
+    __table_args__ = (Index("ix_api_files_owner_created_at", "owner", "created_at"),)
+
+
+class VectorStoreFileRow(Base):
+    """A file added to a vector store (a knowledge collection) through the API, and what came of reading it: its
+    document, or why it failed. Goes with the collection, the file or the document."""
+
+    __tablename__ = "api_vector_store_files"
+
+    collection_id: Mapped[str] = mapped_column(
+        String(36), ForeignKey("knowledge_collections.id", ondelete="CASCADE"), primary_key=True)
+    file_id: Mapped[str] = mapped_column(String(40), ForeignKey("api_files.id", ondelete="CASCADE"), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(200))
+    document_id: Mapped[str | None] = mapped_column(
+        String(36), ForeignKey("knowledge_documents.id", ondelete="CASCADE"))
+    status: Mapped[str] = mapped_column(String(20))  # "completed" or "failed"
+    error_code: Mapped[str] = mapped_column(String(40))  # OpenAI's last_error.code, "" when it did not fail
+    error_message: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime]
+
+    __table_args__ = (Index("ix_api_vector_store_files_file_id", "file_id"),
+                      Index("ix_api_vector_store_files_document_id", "document_id"))

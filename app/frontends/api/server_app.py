@@ -35,20 +35,22 @@ from app.frontends.api.chat_completions.chat_protocol import ModelList
 from app.frontends.api.chat_completions.chat_serving import ChatCompletions
 from app.frontends.api.completions.completions_serving import Completions
 from app.frontends.api.generations import Generations
+from app.frontends.api.knowledge.knowledge_serving import KnowledgeEndpoints
 from app.frontends.api.metrics import ServerMetrics
 from app.frontends.api.middleware import add_middleware
 from app.frontends.api.model_holder import ModelHolder
 from app.frontends.api.responses.responses_serving import Responses
+from app.knowledge.vector_stores import VectorStores
 from app.limits.http_timeouts import uvicorn_options
 from app.storage import open_database
 from app.storage.responses import ResponseStore
 
 
 def create_app(settings: ServerSettings, client: Client | None = None,
-               response_store: ResponseStore | None = None) -> FastAPI:
+               response_store: ResponseStore | None = None, vector_stores: VectorStores | None = None) -> FastAPI:
     """The API app. It loads `settings.model` at start-up, in the background, unless handed an already loaded
-    `client` (tests, benchmarks) to serve instead. Stored responses go to the configured database (opened at their
-    first use) unless `response_store` is given."""
+    `client` (tests, benchmarks) to serve instead. Stored responses, files and vector stores go to the configured
+    database (opened at their first use) unless `response_store` and `vector_stores` are given."""
     holder = ModelHolder(settings.model, client, settings.served_name)
     metrics = ServerMetrics()
     metrics.watch_model(lambda: holder.client.activity() if holder.client is not None else None)
@@ -58,6 +60,7 @@ def create_app(settings: ServerSettings, client: Client | None = None,
     text_completions = Completions(generations, settings.default_max_tokens, settings.limits)
     responses = Responses(generations, (lambda: response_store) if response_store is not None
                           else (lambda: ResponseStore(open_database())), settings.default_max_tokens, settings.limits)
+    knowledge = KnowledgeEndpoints(settings.api_key, (lambda: vector_stores) if vector_stores is not None else None)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -93,6 +96,7 @@ def create_app(settings: ServerSettings, client: Client | None = None,
     chat.register(app)
     responses.register(app)
     text_completions.register(app)
+    knowledge.register(app)
     return app
 
 

@@ -18,16 +18,17 @@ from app.frontends.streamlit.knowledge_chat import store
 from app.frontends.streamlit.safe_markdown import safe_label, safe_markdown
 from app.knowledge.conversation import CHAT_COLLECTION, scope_of
 from app.knowledge.ingest import add_file
+from app.knowledge.reading import READABLE_TYPES
 from app.storage.errors import StorageError
 from app.storage.knowledge import Collection, KnowledgeRefused
-from app.tools.documents import UPLOAD_TYPES, DocumentError
+from app.tools.documents import DocumentError
 
 _PICKED = "knowledge.collection"
 _NOTICE = "knowledge.notice"
 _REFUSED = "knowledge.refused"
 _ROUND = "knowledge.upload_round"
 CHOSEN = "settings.knowledge.chosen"  # the collections the Chat page searches (kept across pages)
-KNOWLEDGE_TYPES = sorted({*UPLOAD_TYPES, "html", "htm", "md", "markdown"})
+KNOWLEDGE_TYPES = READABLE_TYPES
 
 
 def render() -> None:

@@ -1,0 +1,1 @@
+"""OpenAI's Files and Vector stores endpoints over the app's knowledge collections."""
