@@ -11,7 +11,9 @@ kept with the vector store, as OpenAI keeps it.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import PurePath
@@ -19,8 +21,9 @@ from pathlib import PurePath
 from app.config import KnowledgeSettings
 from app.knowledge.ingest import add_file
 from app.knowledge.reading import READABLE_TYPES
-from app.storage.api_files import ApiFile, ApiFileStore, VectorStoreFile
-from app.storage.knowledge import Collection, KnowledgeRefused, KnowledgeStore
+from app.storage.api_files import ApiFile, ApiFileStore, VectorStoreFile, VectorStoreGone
+from app.storage.errors import StorageError
+from app.storage.knowledge import MAX_NAME, Collection, KnowledgeLimits, KnowledgeRefused, KnowledgeStore, printable
 from app.tools.documents import DocumentError
 
 # A document added on the Knowledge page has no API file: search results name it by this prefix and its id.
@@ -49,9 +52,14 @@ class SearchResult:
 
 
 class VectorStores:
+    """One per process: it holds off a second reading of the same bytes into the same collection while the first
+    is under way (the second then maps to the first's document)."""
+
     def __init__(self, knowledge: KnowledgeStore, files: ApiFileStore, settings: KnowledgeSettings | None = None):
         self.knowledge, self.files = knowledge, files
         self.settings = settings or KnowledgeSettings.from_env()
+        self._reading: dict[tuple[str, str], threading.Lock] = {}
+        self._reading_guard = threading.Lock()
 
     # ----- vector stores -----------------------------------------------------------------------------------------
 
@@ -61,11 +69,18 @@ class VectorStores:
         missing = [file_id for file_id in file_ids if self.files.get(owner, file_id) is None]
         if missing:
             raise NotFound(f"No such file: {missing[0]}.")
-        base = (name or "").strip() or f"Vector store {datetime.now(UTC):%Y-%m-%d %H:%M:%S}"
-        taken = {collection.name for collection in self.knowledge.collections(owner)}
-        unique = next(candidate for candidate in (base if n == 1 else f"{base} ({n})" for n in range(1, 10_000))
-                      if candidate not in taken)
-        collection = self.knowledge.create_collection(owner, unique)
+        base = printable(name or "")[:MAX_NAME - 8] or f"Vector store {datetime.now(UTC):%Y-%m-%d %H:%M:%S}"
+        for _ in range(3):  # another request may take the free name first: the next one then
+            taken = {collection.name for collection in self.knowledge.collections(owner)}
+            unique = next(candidate for candidate in (base if n == 1 else f"{base} ({n})" for n in range(1, 100_000))
+                          if candidate not in taken)
+            try:
+                collection = self.knowledge.create_collection(owner, unique)
+                break
+            except KnowledgeRefused:
+                continue
+        else:
+            raise KnowledgeRefused(f"No free name like {base!r} could be had; try another name.")
         for file_id in dict.fromkeys(file_ids):
             self.add_file(owner, collection.id, file_id)
         return self.get(owner, collection.id)
@@ -103,7 +118,7 @@ class VectorStores:
 
     def add_file(self, owner: str, vector_store_id: str, file_id: str) -> VectorStoreFile:
         """Reads the file into the vector store's collection. A file it cannot read is recorded as failed, with
-        why; the same bytes in the collection already are not read twice."""
+        why; the same bytes in the collection already are not read twice (the file maps to that document)."""
         self.get(owner, vector_store_id)
         file = self.files.get(owner, file_id)
         data = self.files.content(owner, file_id)
@@ -111,17 +126,49 @@ class VectorStores:
             raise NotFound(f"No such file: {file_id}.")
         suffix = PurePath(file.filename).suffix.lower().lstrip(".")
         if suffix not in READABLE_TYPES:
-            return self.files.record(owner, vector_store_id, file_id, None, "unsupported_file",
-                                     f"{file.filename}: files of type {suffix or '(none)'!r} are not read; "
-                                     f"these are: {', '.join(READABLE_TYPES)}.")
-        known = self.knowledge.find_document(owner, vector_store_id, file.sha256)
-        if known is not None:
-            return self.files.record(owner, vector_store_id, file_id, known.id)
+            return self._record(owner, vector_store_id, file_id, None, "unsupported_file",
+                                f"{file.filename}: files of type {suffix or '(none)'!r} are not read; these are: "
+                                f"{', '.join(READABLE_TYPES)}.")
+        with self._one_reading(vector_store_id, file.sha256):
+            known = self.knowledge.find_document(owner, vector_store_id, file.sha256)
+            if known is not None:
+                return self._record(owner, vector_store_id, file_id, known.id)
+            try:
+                document = add_file(self.knowledge, owner, vector_store_id, file.filename, data, self.settings)
+            except (DocumentError, KnowledgeRefused) as exc:
+                known = self.knowledge.find_document(owner, vector_store_id, file.sha256)
+                if known is not None:  # read by another server process meanwhile
+                    return self._record(owner, vector_store_id, file_id, known.id)
+                return self._record(owner, vector_store_id, file_id, None, "invalid_file", str(exc))
+            except StorageError:
+                if self.knowledge.collection(owner, vector_store_id) is None:  # deleted while the file was read
+                    raise NotFound(f"The vector store {vector_store_id} was deleted meanwhile.") from None
+                raise
+            try:
+                return self.files.record(owner, vector_store_id, file_id, document.id, owns_document=True)
+            except VectorStoreGone:  # the file or the store went while it was read: so does what was read
+                self.knowledge.delete_document(owner, document.id)
+                raise NotFound(f"The file {file_id} or the vector store {vector_store_id} was deleted "
+                               "meanwhile.") from None
+
+    def _record(self, owner: str, vector_store_id: str, file_id: str, document_id: str | None,
+                error_code: str = "", error_message: str = "") -> VectorStoreFile:
         try:
-            document = add_file(self.knowledge, owner, vector_store_id, file.filename, data, self.settings)
-        except (DocumentError, KnowledgeRefused) as exc:
-            return self.files.record(owner, vector_store_id, file_id, None, "invalid_file", str(exc))
-        return self.files.record(owner, vector_store_id, file_id, document.id)
+            return self.files.record(owner, vector_store_id, file_id, document_id, False, error_code, error_message)
+        except VectorStoreGone:
+            raise NotFound(f"The file {file_id} or the vector store {vector_store_id} was deleted meanwhile.") \
+                from None
+
+    @contextmanager
+    def _one_reading(self, collection_id: str, sha256: str) -> Iterator[None]:
+        with self._reading_guard:
+            lock = self._reading.setdefault((collection_id, sha256), threading.Lock())
+        with lock:
+            try:
+                yield
+            finally:
+                with self._reading_guard:
+                    self._reading.pop((collection_id, sha256), None)
 
     def vector_store_files(self, owner: str, vector_store_id: str) -> builtins.list[VectorStoreFile]:
         self.get(owner, vector_store_id)
@@ -133,30 +180,27 @@ class VectorStores:
             raise NotFound(f"No file {file_id} in vector store {vector_store_id}.")
         return found
 
-    def remove_file(self, owner: str, vector_store_id: str, file_id: str) -> bool:
-        """The file's document goes from the collection (unless another file of the same bytes is there too); the
-        file stays."""
-        found = self.vector_store_file(owner, vector_store_id, file_id)
-        others = [added for added in self.files.vector_store_files(owner, [vector_store_id])
-                  if added.document_id == found.document_id and added.file_id != file_id]
-        removed = self.files.forget(owner, vector_store_id, file_id)
-        if found.document_id and not others:
-            self.knowledge.delete_document(owner, found.document_id)
-        return removed
+    def remove_file(self, owner: str, vector_store_id: str, file_id: str) -> None:
+        """Takes the file out of the vector store, and the document read from it, unless another file of the same
+        bytes there uses it too or it was there before (added on the Knowledge page); the file stays."""
+        self.vector_store_file(owner, vector_store_id, file_id)
+        orphan = self.files.release(owner, vector_store_id, file_id)
+        if orphan is not None:
+            self.knowledge.delete_document(owner, orphan)
 
     def delete_file(self, owner: str, file_id: str) -> bool:
-        """The file, and the documents read from it in every vector store."""
-        if self.files.get(owner, file_id) is None:
-            return False
-        for document_id in self.files.documents_of(owner, file_id):
+        """The file, and the documents read from it, as remove_file takes them; False if there was no file."""
+        orphans = self.files.delete(owner, file_id)
+        for document_id in orphans or []:
             self.knowledge.delete_document(owner, document_id)
-        return self.files.delete(owner, file_id)
+        return orphans is not None
 
     def save_file(self, owner: str, filename: str, purpose: str, data: bytes) -> ApiFile:
         if len(data) > self.settings.max_file_mb * 2**20:
             raise KnowledgeRefused(f"{filename} is {len(data) / 2**20:,.1f} MB; files up to "
                                    f"{self.settings.max_file_mb:,} MB are taken (DEMO_KNOWLEDGE_MAX_FILE_MB).")
-        return self.files.save(owner, PurePath(filename).name, purpose, data)
+        limits = KnowledgeLimits(self.settings.max_documents, self.settings.max_passages, self.settings.max_mb)
+        return self.files.save(owner, PurePath(filename).name, purpose, data, limits)
 
     # ----- search ------------------------------------------------------------------------------------------------
 

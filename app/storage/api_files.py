@@ -16,10 +16,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from app.storage.database import rowcount
+from app.storage.knowledge import KnowledgeLimits, KnowledgeRefused, lock_owner, printable
 from app.storage.sessions import EngineStore
 from app.storage.tables import ApiFileRow as F
 from app.storage.tables import KnowledgeDocumentRow as D
@@ -27,6 +29,10 @@ from app.storage.tables import VectorStoreFileRow as V
 
 MAX_FILENAME = 300
 MAX_PURPOSE = 40
+
+
+class VectorStoreGone(LookupError):
+    """The vector store or the file went while the file was being read into it."""
 
 
 @dataclass(frozen=True)
@@ -56,11 +62,26 @@ class VectorStoreFile:
 class ApiFileStore(EngineStore):
     """Thread-safe; database failures raise StorageError."""
 
-    def save(self, owner: str, filename: str, purpose: str, data: bytes) -> ApiFile:
-        row = F(id=f"file-{secrets.token_hex(12)}", owner=owner, filename=(filename.strip() or "file")[:MAX_FILENAME],
-                purpose=purpose[:MAX_PURPOSE], size_bytes=len(data), sha256=hashlib.sha256(data).hexdigest(),
-                created_at=datetime.now(UTC), data=data)
+    def save(self, owner: str, filename: str, purpose: str, data: bytes,
+             limits: KnowledgeLimits | None = None) -> ApiFile:
+        """Keeps the file; KnowledgeRefused past the owner's limits (as many files as documents, and as many bytes,
+        as knowledge allows one user), checked with the owner's other uploads held off."""
+        limits = limits or KnowledgeLimits()
+        name = (printable(filename) or "file")[:MAX_FILENAME]
+        row = F(id=f"file-{secrets.token_hex(12)}", owner=owner, filename=name, purpose=purpose[:MAX_PURPOSE],
+                size_bytes=len(data), sha256=hashlib.sha256(data).hexdigest(), created_at=datetime.now(UTC),
+                data=data)
         with self._writing() as session:
+            lock_owner(session, owner)
+            count, size = session.execute(select(func.count(), func.coalesce(func.sum(F.size_bytes), 0))
+                                          .where(F.owner == owner)).one()
+            if count + 1 > limits.documents:
+                raise KnowledgeRefused(f"You keep {count:,} files here, the most allowed "
+                                       "(DEMO_KNOWLEDGE_MAX_DOCUMENTS): delete some first.")
+            if int(size) + len(data) > limits.megabytes * 2**20:
+                raise KnowledgeRefused(f"Your files here take {int(size) / 2**20:,.1f} MB; with this one they would "
+                                       f"pass the {limits.megabytes:,} MB allowed (DEMO_KNOWLEDGE_MAX_MB): delete "
+                                       "some first.")
             session.add(row)
         return _file(row)
 
@@ -81,7 +102,7 @@ class ApiFileStore(EngineStore):
                 at, id = cursor
                 query = query.where((F.created_at < at) | ((F.created_at == at) & (F.id < id)) if newest_first
                                     else (F.created_at > at) | ((F.created_at == at) & (F.id > id)))
-            rows = session.execute(query.order_by(*order).limit(max(1, min(limit, 10_000)))).all()
+            rows = session.execute(query.order_by(*order).limit(max(1, min(limit, 10_001)))).all()
         return [ApiFile(*row) for row in rows]
 
     def get(self, owner: str, file_id: str) -> ApiFile | None:
@@ -98,34 +119,40 @@ class ApiFileStore(EngineStore):
         with self._reading() as session:
             return session.scalar(select(F.data).where(F.owner == owner, F.id == file_id))
 
-    def delete(self, owner: str, file_id: str) -> bool:
-        """Deletes the file and its rows in vector stores (the caller deletes the documents read from it first:
-        `documents_of`)."""
+    def delete(self, owner: str, file_id: str) -> builtins.list[str] | None:
+        """Deletes the file and its places in vector stores. Returns the documents to delete with it (those read
+        from it that no other file of the same bytes uses; the caller deletes them), None if there was no file."""
         with self._writing() as session:
-            return rowcount(session.execute(delete(F).where(F.owner == owner, F.id == file_id))) > 0
-
-    def documents_of(self, owner: str, file_id: str) -> builtins.list[str]:
-        """The documents this file was read into, in every vector store."""
-        with self._reading() as session:
-            return [id for id in session.scalars(select(V.document_id).where(
-                V.owner == owner, V.file_id == file_id, V.document_id.is_not(None))) if id]
+            places = session.scalars(select(V.collection_id).where(V.owner == owner, V.file_id == file_id)).all()
+            orphans = [document for collection in places
+                       if (document := _release(session, owner, collection, file_id)) is not None]
+            if not rowcount(session.execute(delete(F).where(F.owner == owner, F.id == file_id))):
+                return None
+        return orphans
 
     # ----- in vector stores --------------------------------------------------------------------------------------
 
-    def record(self, owner: str, collection_id: str, file_id: str, document_id: str | None, error_code: str = "",
-               error_message: str = "") -> VectorStoreFile:
-        """What came of adding the file to the collection: its document, or the error. Replaces an earlier
-        record of the same file there (added again after it failed)."""
+    def record(self, owner: str, collection_id: str, file_id: str, document_id: str | None, owns_document: bool,
+               error_code: str = "", error_message: str = "") -> VectorStoreFile:
+        """What came of adding the file to the collection: its document (`owns_document`: read from this file, not
+        one that was there already), or the error. Replaces an earlier record of the same file there (added again
+        after it failed). VectorStoreGone when the collection or the file went meanwhile."""
         now = datetime.now(UTC)
         with self._writing() as session:
-            session.execute(delete(V).where(V.collection_id == collection_id, V.file_id == file_id))
+            before = session.execute(select(V.document_id, V.owns_document).where(
+                V.owner == owner, V.collection_id == collection_id, V.file_id == file_id)).first()
+            # The same file added again (twice at once, say): it keeps the document it read.
+            owns_document = owns_document or bool(before and before.owns_document and before.document_id ==
+                                                  document_id)
+            session.execute(delete(V).where(V.owner == owner, V.collection_id == collection_id, V.file_id == file_id))
             session.add(V(collection_id=collection_id, file_id=file_id, owner=owner, document_id=document_id,
+                          owns_document=owns_document and document_id is not None,
                           status="failed" if error_code else "completed", error_code=error_code,
                           error_message=error_message[:2000], created_at=now))
             try:
                 session.flush()
             except IntegrityError as exc:  # the collection, the file or the document went meanwhile
-                raise LookupError("The vector store or the file was deleted meanwhile.") from exc
+                raise VectorStoreGone("The vector store or the file was deleted meanwhile.") from exc
         found = self.in_vector_store(owner, collection_id, file_id)
         assert found is not None
         return found
@@ -161,11 +188,26 @@ class ApiFileStore(EngineStore):
             totals[collection] += int(size)
         return totals
 
-    def forget(self, owner: str, collection_id: str, file_id: str) -> bool:
-        """Removes the file's record from the collection (the caller deletes its document first)."""
+    def release(self, owner: str, collection_id: str, file_id: str) -> str | None:
+        """Takes the file out of the collection. Returns its document if the caller is to delete it: read from this
+        file, and used by no other file of the same bytes there (one that is takes it over). A document that was
+        in the collection before (added on the Knowledge page) is never returned."""
         with self._writing() as session:
-            return rowcount(session.execute(delete(V).where(
-                V.owner == owner, V.collection_id == collection_id, V.file_id == file_id))) > 0
+            return _release(session, owner, collection_id, file_id)
+
+
+def _release(session: Session, owner: str, collection_id: str, file_id: str) -> str | None:
+    row = session.execute(select(V.document_id, V.owns_document).where(
+        V.owner == owner, V.collection_id == collection_id, V.file_id == file_id)).first()
+    session.execute(delete(V).where(V.owner == owner, V.collection_id == collection_id, V.file_id == file_id))
+    if row is None or row.document_id is None or not row.owns_document:
+        return None
+    heir = session.scalar(select(V.file_id).where(V.collection_id == collection_id, V.document_id == row.document_id)
+                          .order_by(V.created_at, V.file_id).limit(1))
+    if heir is None:
+        return str(row.document_id)
+    session.execute(update(V).where(V.collection_id == collection_id, V.file_id == heir).values(owns_document=True))
+    return None
 
 
 def _file(row: F) -> ApiFile:

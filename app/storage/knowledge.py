@@ -162,13 +162,13 @@ class KnowledgeStore(EngineStore):
         a short transaction of its own, and it is found by searches once all are there. A failure on the way
         removes it again."""
         limits = limits or KnowledgeLimits()
-        name = (name.strip() or "document")[:MAX_DOCUMENT_NAME]
+        name = (printable(name) or "document")[:MAX_DOCUMENT_NAME]
         if not passages:
             raise KnowledgeRefused(f"{name} has no text to search.")
         now = datetime.now(UTC)
         characters = sum(len(passage.text) for passage in passages)
         with self._writing() as session:
-            _lock_owner(session, owner)
+            lock_owner(session, owner)
             if not session.scalar(select(func.count()).where(C.owner == owner, C.id == collection_id)):
                 raise KnowledgeRefused("That collection does not exist (any more).")
             same = session.scalar(select(D.name).where(D.collection_id == collection_id, D.sha256 == sha256))
@@ -277,7 +277,7 @@ class KnowledgeStore(EngineStore):
         return Hit(int(row[0]), row[1], row[2], row[3], row[4], row[5], 0.0) if row else None
 
 
-def _lock_owner(session: Session, owner: str) -> None:
+def lock_owner(session: Session, owner: str) -> None:
     """One owner's reservations one at a time (PostgreSQL; SQLite's write lock already serialises writers)."""
     if session.get_bind().dialect.name == "postgresql":
         session.execute(text("SELECT pg_advisory_xact_lock(hashtext(:owner))"), {"owner": f"knowledge:{owner}"})
@@ -300,8 +300,14 @@ def _check_limits(session: Session, owner: str, passages: int, size_bytes: int, 
             f"{int(stored) / 2**20:,.1f} MB): delete some documents first.")
 
 
+def printable(text: str) -> str:
+    """`text` without control characters (PostgreSQL's text refuses NUL; none belongs in a name), spaces collapsed."""
+    return " ".join("".join(character for character in str(text) if character.isprintable() or character.isspace())
+                    .split())
+
+
 def _name(name: str) -> str:
-    name = " ".join(str(name).split())
+    name = printable(name)
     if not name:
         raise KnowledgeRefused("A collection needs a name.")
     if len(name) > MAX_NAME:

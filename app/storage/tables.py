@@ -270,6 +270,9 @@ class VectorStoreFileRow(Base):
     owner: Mapped[str] = mapped_column(String(200))
     document_id: Mapped[str | None] = mapped_column(
         String(36), ForeignKey("knowledge_documents.id", ondelete="CASCADE"))
+    # Read from this file (deleted with it, unless another file of the same bytes takes it over), not a document
+    # that was in the collection already (one added on the Knowledge page is never deleted through the API).
+    owns_document: Mapped[bool] = mapped_column(server_default=false())
     status: Mapped[str] = mapped_column(String(20))  # "completed" or "failed"
     error_code: Mapped[str] = mapped_column(String(40))  # OpenAI's last_error.code, "" when it did not fail
     error_message: Mapped[str] = mapped_column(Text)

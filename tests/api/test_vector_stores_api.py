@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import httpx
 import openai
 import pytest
 
@@ -148,3 +149,101 @@ def test_owners_stay_apart_and_the_local_user_has_the_knowledge_pages_collection
         assert found[0].filename == "notes.md" and found[0].attributes == {"location": "Harbour"}
         assert found[0].file_id.startswith("document-")  # added on the Knowledge page: no API file
         assert "Swansea" in found[0].content[0].text
+
+
+def passages_of(engine) -> int:
+    from sqlalchemy import func, select
+
+    from app.storage.tables import KnowledgeChunkRow
+
+    with engine.connect() as connection:
+        return connection.scalar(select(func.count()).select_from(KnowledgeChunkRow))
+
+
+def test_documents_the_api_did_not_read_stay_and_shared_bytes_stay_for_the_other_file(engine, tiny_client):
+    knowledge = KnowledgeStore(engine)
+    notes = f"# Harbour\n\n{FACTS[37][0]}\n\n# Abbey\n\n{FACTS[158][0]}".encode()
+    page = knowledge.create_collection(LOCAL_OWNER, "From the Knowledge page")
+    add_file(knowledge, LOCAL_OWNER, page.id, "notes.md", notes)
+    with server(engine, tiny_client, None) as client:
+        copy = client.files.create(file=("copy.md", notes), purpose="assistants")
+        assert client.vector_stores.files.create_and_poll(vector_store_id=page.id, file_id=copy.id).status == \
+            "completed"
+        client.vector_stores.files.delete(copy.id, vector_store_id=page.id)
+        client.vector_stores.files.create_and_poll(vector_store_id=page.id, file_id=copy.id)
+        assert client.files.delete(copy.id).deleted
+        assert [document.name for document in knowledge.documents(LOCAL_OWNER, page.id)] == ["notes.md"]
+
+        # Two files of the same bytes in one store: one document; either file going leaves it to the other.
+        store = client.vector_stores.create(name="Shared")
+        first, second = (client.files.create(file=(name, notes), purpose="assistants") for name in ("a.md", "b.md"))
+        for file in (first, second):
+            client.vector_stores.files.create_and_poll(vector_store_id=store.id, file_id=file.id)
+        assert len(knowledge.documents(LOCAL_OWNER, store.id)) == 1
+        assert client.files.delete(first.id).deleted
+        assert [file.id for file in client.vector_stores.files.list(store.id)] == [second.id]
+        assert client.vector_stores.search(store.id, query=FACTS[158][1]).data[0].file_id == second.id
+        client.vector_stores.files.delete(second.id, vector_store_id=store.id)
+        assert knowledge.documents(LOCAL_OWNER, store.id) == []
+
+
+def test_two_adds_of_one_file_at_once_make_one_document_and_a_delete_leaves_nothing(engine, tiny_client, pdf):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with server(engine, tiny_client) as client:
+        store = client.vector_stores.create(name="Raced")
+        file = client.files.create(file=("records.pdf", pdf), purpose="assistants")
+        with ThreadPoolExecutor(2) as pool:
+            added = list(pool.map(lambda _: client.vector_stores.files.create(vector_store_id=store.id,
+                                                                               file_id=file.id), range(2)))
+        assert [result.status for result in added] == ["completed", "completed"]
+        assert client.vector_stores.retrieve(store.id).file_counts.completed == 1
+        assert client.vector_stores.search(store.id, query=FACTS[212][1]).data[0].file_id == file.id
+        assert client.files.delete(file.id).deleted
+        assert passages_of(engine) == 0
+
+
+def test_a_file_deleted_while_it_is_read_into_a_store_leaves_nothing_behind(engine, tiny_client, pdf):
+    import threading
+    import time
+
+    with server(engine, tiny_client) as client:
+        store = client.vector_stores.create(name="Deleted meanwhile")
+        file = client.files.create(file=("records.pdf", pdf), purpose="assistants")
+        outcome: list[object] = []
+
+        def add() -> None:
+            try:
+                outcome.append(client.vector_stores.files.create(vector_store_id=store.id, file_id=file.id).status)
+            except openai.APIStatusError as exc:
+                outcome.append(exc.status_code)
+
+        adding = threading.Thread(target=add)
+        adding.start()
+        time.sleep(0.3)  # reading 300 pages takes longer
+        assert client.files.delete(file.id).deleted
+        adding.join(60)
+        assert outcome in (["completed"], [404]), outcome  # never a 500
+        assert passages_of(engine) == 0 and client.vector_stores.retrieve(store.id).file_counts.total == 0
+
+
+def test_the_owners_files_are_limited_and_names_lose_control_characters(engine, tiny_client, monkeypatch):
+    monkeypatch.setenv("DEMO_KNOWLEDGE_MAX_MB", "1")
+    with server(engine, tiny_client) as client:
+        client.files.create(file=("one.txt", b"x" * 600_000), purpose="assistants")
+        with pytest.raises(openai.BadRequestError, match="DEMO_KNOWLEDGE_MAX_MB"):
+            client.files.create(file=("two.txt", b"y" * 600_000), purpose="assistants")
+        # The SDK escapes control characters in a file name; a hand-made request need not.
+        boundary = "x-boundary"
+        body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nassistants\r\n"
+                f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"bad\x00name\x07.txt\"\r\n"
+                f"Content-Type: text/plain\r\n\r\na note\r\n--{boundary}--\r\n").encode()
+        named = httpx.post(f"{client.base_url}files", content=body, headers={
+            "Authorization": f"Bearer {KEY}", "Content-Type": f"multipart/form-data; boundary={boundary}"})
+        assert named.status_code == 200 and named.json()["filename"] == "badname.txt"
+        store = client.vector_stores.create(name="Tab\tand\x00nul")
+        assert store.name == "Tab andnul"
+        assert client.vector_stores.update(store.id, name="Re\x00named").name == "Renamed"
+        with pytest.raises(openai.BadRequestError, match="do not expire"):
+            client.files.create(file=("t.txt", b"t"), purpose="assistants",
+                                expires_after={"anchor": "created_at", "seconds": 3600})

@@ -40,7 +40,7 @@ def add_middleware(app: FastAPI, metrics: ServerMetrics, api_key: str | None, co
     app.add_middleware(BodySizeLimit, limit=max_body_bytes(), larger={"/v1/files": max_upload_bytes()})
     app.add_middleware(KeyCheckAndCount, api_key=api_key, metrics=metrics)
     if cors_origins:
-        app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["GET", "POST"],
+        app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["GET", "POST", "DELETE"],
                            allow_headers=["Authorization", "Content-Type"], allow_credentials=False)
 
 

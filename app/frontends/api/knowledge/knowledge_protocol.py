@@ -16,7 +16,7 @@ from app.storage.api_files import ApiFile
 from app.storage.api_files import VectorStoreFile as StoredFile
 
 FilePurpose = Literal["assistants", "assistants_output", "batch", "batch_output", "fine-tune", "fine-tune-results",
-                      "vision", "user_data"]
+                      "vision", "user_data", "evals"]
 PASSAGE_SETTINGS = "DEMO_KNOWLEDGE_PASSAGE_CHARS and DEMO_KNOWLEDGE_OVERLAP_CHARS"
 
 
@@ -71,6 +71,8 @@ def check_create(body: VectorStoreCreate | VectorStoreUpdate) -> None:
         raise APIError(400, "Vector stores here do not expire: delete one when it is no longer needed.",
                        param="expires_after")
     if isinstance(body, VectorStoreCreate):
+        if body.description:
+            raise APIError(400, "Vector stores here keep no description: send none.", param="description")
         check_chunking(body.chunking_strategy)
 
 

@@ -68,7 +68,13 @@ class KnowledgeEndpoints:
 
     # ----- files -------------------------------------------------------------------------------------------------
 
-    async def upload(self, file: UploadFile, purpose: Annotated[kp.FilePurpose, Form()]) -> FileObject:
+    async def upload(self, file: UploadFile, purpose: Annotated[kp.FilePurpose, Form()],
+                     expires_after_anchor: Annotated[str | None, Form(alias="expires_after[anchor]")] = None,
+                     expires_after_seconds: Annotated[str | None, Form(alias="expires_after[seconds]")] = None,
+                     ) -> FileObject:
+        if expires_after_anchor is not None or expires_after_seconds is not None:
+            raise APIError(400, "Files here do not expire: delete one when it is no longer needed.",
+                           param="expires_after")
         data = await file.read()
         saved = await self._run(lambda stores: stores.save_file(self.owner, file.filename or "file", purpose, data))
         return kp.file_object(saved)

@@ -39,6 +39,7 @@ def upgrade() -> None:
         sa.Column("file_id", sa.String(40), nullable=False),
         sa.Column("owner", sa.String(200), nullable=False),
         sa.Column("document_id", sa.String(36), nullable=True),
+        sa.Column("owns_document", sa.Boolean(), server_default=sa.false(), nullable=False),
         sa.Column("status", sa.String(20), nullable=False),
         sa.Column("error_code", sa.String(40), nullable=False),
         sa.Column("error_message", sa.Text(), nullable=False),
