@@ -22,7 +22,13 @@ from sqlalchemy import Engine, create_engine, make_url, text
 from app.storage import sqlite as sqlite_setup
 from app.storage.database import _json_dumps, database_url
 from app.storage.migrate import alembic_config
-from app.storage.tables import KNOWLEDGE_FTS_TABLE, KNOWLEDGE_TSVECTOR_INDEX, TRIGRAM_INDEX, Base
+from app.storage.tables import (
+    KNOWLEDGE_FTS_TABLE,
+    KNOWLEDGE_TSVECTOR_COLUMN,
+    KNOWLEDGE_TSVECTOR_INDEX,
+    TRIGRAM_INDEX,
+    Base,
+)
 from harness.local_http import free_port
 
 NOT_INSTALLED = ("Debian's postgresql is not installed (apt-get install postgresql): the PostgreSQL variant of the "
@@ -107,7 +113,9 @@ def schema_differences(engine: Engine) -> list[Any]:
         differences = compare_metadata(MigrationContext.configure(connection), Base.metadata)
     # The trigram and tsvector indexes exist on PostgreSQL only (ddl_if), which autogenerate does not know; SQLite's
     # full-text search over knowledge passages is an FTS5 virtual table (with its shadow tables) the models leave out.
+    # PostgreSQL's stored tsvector of each passage is a generated column the models leave out too.
     postgres_only = {TRIGRAM_INDEX, KNOWLEDGE_TSVECTOR_INDEX}
     return [d for d in differences
             if not (engine.dialect.name == "sqlite" and d[0] == "add_index" and d[1].name in postgres_only)
-            and not (d[0] == "remove_table" and d[1].name.startswith(KNOWLEDGE_FTS_TABLE))]
+            and not (d[0] == "remove_table" and d[1].name.startswith(KNOWLEDGE_FTS_TABLE))
+            and not (d[0] == "remove_column" and d[3].name == KNOWLEDGE_TSVECTOR_COLUMN)]

@@ -38,10 +38,13 @@ NAMING = {
     "pk": "pk_%(table_name)s",
 }
 TRIGRAM_INDEX = "ix_messages_search_text_trgm"
-# Full-text search over knowledge passages: a GIN index on PostgreSQL (the expression the search uses), an FTS5 table
+# Full-text search over knowledge passages: a GIN index on PostgreSQL (over the stored tsvector), an FTS5 table
 # on SQLite (kept level with knowledge_chunks by triggers). Both are made by migration 0007 only.
 KNOWLEDGE_TSVECTOR_INDEX = "ix_knowledge_chunks_text_tsvector"
 KNOWLEDGE_FTS_TABLE = "knowledge_chunks_fts"
+# PostgreSQL only (made by migration 0007, unknown to the model): each passage's tsvector, stored, so that ranking
+# reads it instead of parsing every matching passage's text again (600 ms a search at 15,000 passages before).
+KNOWLEDGE_TSVECTOR_COLUMN = "text_search"
 KNOWLEDGE_LANGUAGE = "english"  # PostgreSQL's text search configuration; SQLite's FTS5 uses the Porter stemmer
 
 
@@ -234,7 +237,7 @@ class KnowledgeChunkRow(Base):
 
     __table_args__ = (
         Index("ix_knowledge_chunks_document_id_ordinal", "document_id", "ordinal"),
-        Index(KNOWLEDGE_TSVECTOR_INDEX, sql_text(f"to_tsvector('{KNOWLEDGE_LANGUAGE}', text)"),
+        Index(KNOWLEDGE_TSVECTOR_INDEX, sql_text(KNOWLEDGE_TSVECTOR_COLUMN),
               postgresql_using="gin").ddl_if(dialect="postgresql"),
         {"sqlite_autoincrement": True},  # a deleted passage's id is never reused: a stored citation names one
     )

@@ -75,8 +75,11 @@ def upgrade() -> None:
     )
     op.create_index("ix_knowledge_chunks_document_id_ordinal", "knowledge_chunks", ["document_id", "ordinal"])
     if op.get_bind().dialect.name == "postgresql":
-        op.create_index("ix_knowledge_chunks_text_tsvector", "knowledge_chunks",
-                        [sa.text("to_tsvector('english', text)")], postgresql_using="gin")
+        # The tsvector stored beside the text: a search ranks the passages it matches without parsing them again.
+        op.execute("ALTER TABLE knowledge_chunks ADD COLUMN text_search tsvector "
+                   "GENERATED ALWAYS AS (to_tsvector('english', text)) STORED")
+        op.create_index("ix_knowledge_chunks_text_tsvector", "knowledge_chunks", [sa.text("text_search")],
+                        postgresql_using="gin")
     elif op.get_bind().dialect.name == "sqlite":
         for statement in SQLITE_FTS:
             op.execute(statement)
