@@ -164,8 +164,8 @@ def test_opening_an_empty_database_migrates_it_to_head_once(database_url):
     try:
         tables = set(inspect(engine).get_table_names())
         assert {"conversations", "messages", "preferences", "api_responses", "mcp_tokens", "compare_votes",
-                "knowledge_collections", "knowledge_documents", "knowledge_chunks", "api_files", "api_vector_store_files",
-                "alembic_version"} <= tables
+                "knowledge_collections", "knowledge_documents", "knowledge_chunks", "api_files",
+                "api_vector_store_files", "alembic_version"} <= tables
         with engine.connect() as connection:
             assert current_revision(connection) == head_revision() == "0008"
         assert schema_differences(engine) == []  # the migration creates exactly what the models declare
