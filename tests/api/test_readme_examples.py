@@ -109,6 +109,7 @@ CUSTOM_TOOL = "Adding your own tool"
 MCP_TOOLS = "Tools from MCP servers"
 MCP_SERVER = "The app's tools as an MCP server"
 RESPONSES = "The Responses API: Codex CLI, the OpenAI Agents SDK"
+FILES = "Files and vector stores: your documents through the API"
 # Each example, by section and language, and the test that runs it: a new example needs a test (and a line here).
 EXAMPLES = {
     ("Two commands", "bash"): "test_the_two_commands_are_what_make_runs",
@@ -121,6 +122,7 @@ EXAMPLES = {
     (RESPONSES, "toml"): "tests/api/test_codex_cli.py (Codex runs with this config.toml)",
     (RESPONSES, "bash"): "tests/api/test_codex_cli.py (its key variable and command)",
     (RESPONSES, "python"): "test_the_agents_sdk_example_calls_its_tool_and_answers",
+    (FILES, "python"): "test_the_vector_store_example_finds_the_page_that_answers",
     (MCP_SERVER, "json"): "test_the_mcp_client_configuration_starts_the_apps_mcp_server",
     ("The tree", ""): "test_the_tree_in_the_docs_exists",
 }
@@ -352,6 +354,22 @@ def test_the_agents_sdk_example_calls_its_tool_and_answers(smol_port):
     assert kinds[:2] == ["tool_call_item", "tool_call_output_item"] and kinds[-1] == "message_output_item"
     assert "Sunny and 24 degrees C in" in result.new_items[1].output
     assert printed.strip() == str(result.final_output).strip() and printed.strip()
+
+
+# ----- Files and vector stores --------------------------------------------------------------------------------------
+
+def test_the_vector_store_example_finds_the_page_that_answers(smol_port, tmp_path, monkeypatch):
+    """The example uploads parish-records.pdf from the folder it runs in (the tests' 300-page PDF, the lighthouse
+    keeper's pay on page 212), makes a vector store of it and prints what the search finds: page 212 first."""
+    from tests.knowledge_fixtures import long_pdf_bytes
+
+    (tmp_path / "parish-records.pdf").write_bytes(long_pdf_bytes())
+    monkeypatch.chdir(tmp_path)
+    example = block(FILES, "python")
+    namespace: dict[str, Any] = {"__name__": "readme_example"}
+    printed = run_python(on_port(example.text, smol_port), namespace, example.document).splitlines()
+    assert printed[0].startswith("parish-records.pdf page 212 1.0 "), printed[:2]
+    assert namespace["store"].file_counts.completed == 1
 
 
 # ----- The app's tools as an MCP server ----------------------------------------------------------------------------

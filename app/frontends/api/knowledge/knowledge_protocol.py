@@ -16,7 +16,7 @@ from app.storage.api_files import ApiFile
 from app.storage.api_files import VectorStoreFile as StoredFile
 
 FilePurpose = Literal["assistants", "assistants_output", "batch", "batch_output", "fine-tune", "fine-tune-results",
-                      "vision", "user_data", "evals"]
+                      "vision", "user_data"]
 PASSAGE_SETTINGS = "DEMO_KNOWLEDGE_PASSAGE_CHARS and DEMO_KNOWLEDGE_OVERLAP_CHARS"
 
 
