@@ -110,6 +110,7 @@ MCP_TOOLS = "Tools from MCP servers"
 MCP_SERVER = "The app's tools as an MCP server"
 RESPONSES = "The Responses API: Codex CLI, the OpenAI Agents SDK"
 FILES = "Files and vector stores: your documents through the API"
+FILE_SEARCH = "file_search in the Responses API"
 # Each example, by section and language, and the test that runs it: a new example needs a test (and a line here).
 EXAMPLES = {
     ("Two commands", "bash"): "test_the_two_commands_are_what_make_runs",
@@ -123,6 +124,7 @@ EXAMPLES = {
     (RESPONSES, "bash"): "tests/api/test_codex_cli.py (its key variable and command)",
     (RESPONSES, "python"): "test_the_agents_sdk_example_calls_its_tool_and_answers",
     (FILES, "python"): "test_the_vector_store_example_finds_the_page_that_answers",
+    (FILE_SEARCH, "python"): "test_the_vector_store_example_finds_the_page_that_answers (then its file_search)",
     (MCP_SERVER, "json"): "test_the_mcp_client_configuration_starts_the_apps_mcp_server",
     ("The tree", ""): "test_the_tree_in_the_docs_exists",
 }
@@ -370,6 +372,14 @@ def test_the_vector_store_example_finds_the_page_that_answers(smol_port, tmp_pat
     printed = run_python(on_port(example.text, smol_port), namespace, example.document).splitlines()
     assert printed[0].startswith("parish-records.pdf page 212 1.0 "), printed[:2]
     assert namespace["store"].file_counts.completed == 1
+
+    # The file_search example goes on from there: SmolLM2 answers with page 212 quoted to it.
+    follow = block(FILE_SEARCH, "python")
+    answer = run_python(follow.text, namespace, follow.document)
+    response = namespace["response"]
+    searched = response.output[0]
+    assert searched.type == "file_search_call" and searched.results[0].attributes == {"location": "page 212"}
+    assert response.output[1].type == "message" and answer.strip() == response.output_text.strip()
 
 
 # ----- The app's tools as an MCP server ----------------------------------------------------------------------------

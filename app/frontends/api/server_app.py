@@ -58,9 +58,10 @@ def create_app(settings: ServerSettings, client: Client | None = None,
     generations = Generations(holder, metrics, settings.max_generations)
     chat = ChatCompletions(generations, settings.default_max_tokens, settings.limits)
     text_completions = Completions(generations, settings.default_max_tokens, settings.limits)
-    responses = Responses(generations, (lambda: response_store) if response_store is not None
-                          else (lambda: ResponseStore(open_database())), settings.default_max_tokens, settings.limits)
     knowledge = KnowledgeEndpoints(settings.api_key, (lambda: vector_stores) if vector_stores is not None else None)
+    responses = Responses(generations, (lambda: response_store) if response_store is not None
+                          else (lambda: ResponseStore(open_database())), settings.default_max_tokens, settings.limits,
+                          knowledge.search_stores)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

@@ -9,6 +9,7 @@ SDKs' `create_and_poll` do, gets that on its first look. Uploads may be as large
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import logging
 import threading
@@ -25,7 +26,7 @@ from app.config import LOCAL_OWNER
 from app.frontends.api.api_errors import documented_errors
 from app.frontends.api.chat_completions.chat_protocol import APIError
 from app.frontends.api.knowledge import knowledge_protocol as kp
-from app.knowledge.vector_stores import NotFound, VectorStores
+from app.knowledge.vector_stores import NotFound, SearchResult, VectorStores
 from app.storage import open_database
 from app.storage.api_files import ApiFileStore
 from app.storage.errors import StorageError
@@ -159,11 +160,17 @@ class KnowledgeEndpoints:
     async def search(self, vector_store_id: str, body: kp.VectorStoreSearch) -> dict[str, Any]:
         query = kp.check_search(body)
         threshold = body.ranking_options.score_threshold if body.ranking_options else None
-        found = await self._run(lambda stores: stores.search(self.owner, [vector_store_id], query,
-                                                             body.max_num_results))
-        results = [kp.search_result(result) for result in found if threshold is None or result.score >= threshold]
+        found = await self.search_stores([vector_store_id], query, body.max_num_results, threshold)
+        results = [kp.search_result(result) for result in found]
         return {"object": "vector_store.search_results.page", "search_query": [query], "data": results,
                 "has_more": False, "next_page": None}
+
+    async def search_stores(self, vector_store_ids: builtins.list[str], query: str, limit: int,
+                            score_threshold: float | None = None) -> builtins.list[SearchResult]:
+        """The passages of these vector stores that best match `query`, best first: the Responses API's
+        file_search. 404 for a vector store this owner does not have."""
+        found = await self._run(lambda stores: stores.search(self.owner, vector_store_ids, query, limit))
+        return [result for result in found if score_threshold is None or result.score >= score_threshold]
 
     # ----- the stores --------------------------------------------------------------------------------------------
 

@@ -4,10 +4,11 @@ choice into a ToolRequest, `text.format` into a ResponseFormat, and its settings
 
 Tools this server's model can call are function tools, also inside a `namespace` (Codex CLI groups an MCP
 server's tools so): those are flattened, each under its own name (qualified `namespace.name` only where two
-namespaces share a name), and the model's calls go back with their namespace. Hosted tools (`web_search`,
-`file_search`, `code_interpreter`, `image_generation`, `computer_use_preview`, `mcp`...) run on OpenAI's servers,
-not in the client: this server runs no tools, so they are accepted (clients such as Codex CLI always send
-`web_search`) and not offered to the model, and forcing one with `tool_choice` is a 400.
+namespaces share a name), and the model's calls go back with their namespace. `file_search` is run by this server
+over its vector stores (file_search.py). Other hosted tools (`web_search`, `code_interpreter`, `image_generation`,
+`computer_use_preview`, `mcp`...) run on OpenAI's servers, not in the client: this server does not run them, so they
+are accepted (clients such as Codex CLI always send `web_search`) and not offered to the model, and forcing one with
+`tool_choice` is a 400.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from openai.types.responses.response_file_search_tool_call import Result as FileSearchResult
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.clients.client_protocol import GenerationParams, ResponseFormat, ToolRequest
 from app.clients.generation_defaults import GenerationDefaults
@@ -32,7 +34,7 @@ _HARMLESS_FIELDS = {"service_tier", "prompt_cache_key", "prompt_cache_retention"
                     "client_metadata", "stream_options", "max_tool_calls"}
 # Tools that run on OpenAI's servers; a client sends them, this server's model is not offered them.
 HOSTED_TOOLS = {"web_search", "web_search_preview", "web_search_2025_08_26", "web_search_preview_2025_03_11",
-                "file_search", "code_interpreter", "image_generation", "computer_use_preview", "computer", "mcp",
+                "code_interpreter", "image_generation", "computer_use_preview", "computer", "mcp",
                 "local_shell", "shell", "apply_patch", "tool_search"}
 _SEED_RANGE = (-(2**63), 2**63 - 1)
 
@@ -178,12 +180,15 @@ def tools(request: ResponsesRequest) -> Tools:
                     raise APIError(400, f"{where}.tools.{position}: only function tools can be in a namespace here.",
                                    param=f"{where}.tools.{position}")
                 functions.append((tool["name"], member, f"{where}.tools.{position}"))
-        elif kind not in HOSTED_TOOLS:
+        elif kind != "file_search" and kind not in HOSTED_TOOLS:  # file_search: see file_search.py
             raise APIError(400, f"{where}: tool type {kind!r} is not supported; this server offers function tools "
                                 f"(hosted tools such as web_search are accepted and not offered to the model).",
                            param=where)
     offered, namespaces = _offered(functions)
+    searched = any(isinstance(tool, dict) and tool.get("type") == "file_search" for tool in request.tools or ())
     choice = _choice(request.tool_choice, set(offered), namespaces)
+    if (searched and choice == "required") or choice == "file_search":
+        choice = "auto"  # the server searches before the answer: what is required is done, functions stay optional
     if not offered:
         if choice not in ("none", "auto"):
             raise APIError(400, "tool_choice needs function tools.", param="tool_choice")
@@ -233,7 +238,9 @@ def _first_error(exc: ValueError) -> str:
 
 def _choice(choice: str | dict[str, Any] | None, offered: set[str],
             namespaces: dict[str, tuple[str | None, str]]) -> str:
-    """"auto", "none", "required" or the name (as offered) of the one function to call."""
+    """"auto", "none", "required", "file_search" or the name (as offered) of the one function to call."""
+    if isinstance(choice, dict) and choice.get("type") == "file_search":
+        return "file_search"  # file_search.py checks that the tool is there
     if choice is None or choice in ("auto", "none", "required"):
         return choice or "auto"
     if isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("name"), str):
@@ -280,12 +287,14 @@ def chat_messages(instructions: str | None, items: list[dict[str, Any]],
                              "content": _output_text(item.get("output"), where)})
         elif kind == "reasoning":
             thought.append(_reasoning_text(item))
+        elif kind == "file_search_call":
+            continue  # an earlier search: its passages were read for the question they were found for
         elif kind == "item_reference":
             raise APIError(400, f"{where}: item references are not supported; continue a stored response with "
                                 "previous_response_id, or send the items themselves.", param=where)
         else:
             raise APIError(400, f"{where}: input item type {kind!r} is not supported here (messages, function_call, "
-                                "function_call_output and reasoning are).", param=where)
+                                "function_call_output, reasoning and file_search_call are).", param=where)
     return messages
 
 
@@ -393,6 +402,7 @@ def _reasoning_text(item: dict[str, Any]) -> str:
 # ----- input items as stored ------------------------------------------------------------------------------------
 
 _TEXT_PARTS = {"input_text", "output_text", "text", "summary_text"}
+_CALL_STATUSES = {"in_progress", "searching", "completed", "incomplete", "failed"}
 
 
 def stored_item(item: dict[str, Any]) -> dict[str, Any]:
@@ -418,6 +428,13 @@ def stored_item(item: dict[str, Any]) -> dict[str, Any]:
         kept.update(call_id=item["call_id"], output=output if isinstance(output, str) else [
             {"type": "input_text", "text": part["text"]} for part in output
             if isinstance(part, dict) and part.get("type") in _TEXT_PARTS and isinstance(part.get("text"), str)])
+    elif kind == "file_search_call":
+        queries = item.get("queries")
+        kept.update(queries=[query for query in queries if isinstance(query, str)] if isinstance(queries, list)
+                    else [], status=item.get("status") if item.get("status") in _CALL_STATUSES else "completed")
+        results = item.get("results")
+        if isinstance(results, list):
+            kept["results"] = [_stored_result(result) for result in results if _stored_result(result) is not None]
     elif kind == "reasoning":
         for key, part_type in (("summary", "summary_text"), ("content", "reasoning_text")):
             parts = item.get(key)
@@ -425,6 +442,15 @@ def stored_item(item: dict[str, Any]) -> dict[str, Any]:
                          if isinstance(part, dict) and isinstance(part.get("text"), str)] \
                 if isinstance(parts, list) else []
     return kept
+
+
+def _stored_result(result: Any) -> dict[str, Any] | None:
+    """A file_search_call's result as its schema has it (None: not one)."""
+    try:
+        checked = FileSearchResult.model_validate(result)
+    except ValidationError:
+        return None
+    return checked.model_dump(exclude_none=True, include=set(FileSearchResult.model_fields))
 
 
 def _stored_part(part: dict[str, Any]) -> dict[str, Any]:

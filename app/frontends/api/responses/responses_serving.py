@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Literal
 
 from fastapi import FastAPI, Query, Request
@@ -26,14 +26,16 @@ from starlette.concurrency import run_in_threadpool
 from app.clients.client_protocol import Delta
 from app.config import ImageSettings, RequestLimits
 from app.domain.chat_messages import ChatMessage
-from app.domain.conversation import Conversation
+from app.domain.conversation import Attachment, Conversation
 from app.frontends.api.api_errors import documented_errors
 from app.frontends.api.chat_completions import chat_protocol as protocol
 from app.frontends.api.chat_completions.chat_answers import finish_reason
 from app.frontends.api.chat_completions.chat_protocol import APIError, error_response
 from app.frontends.api.generations import Generations, InFlight
+from app.frontends.api.responses import file_search as fs
 from app.frontends.api.responses import responses_protocol as rp
 from app.frontends.api.responses.responses_output import ResponseOutput, new_id
+from app.knowledge.vector_stores import SearchResult
 from app.storage import StorageError
 from app.storage.responses import ResponseChainTooLarge, ResponseChainTooLong, ResponseNotFound, ResponseStore
 
@@ -60,13 +62,19 @@ class InputItemList(BaseModel):
     has_more: bool
 
 
+# (vector store ids, query, how many, score threshold) -> the best passages: the vector stores' search
+SearchStores = Callable[[list[str], str, int, float | None], Awaitable[list[SearchResult]]]
+
+
 class Responses:
-    """The Responses endpoints over the loaded client (`generations`) and the stored responses (`open_store`, opened
-    at the first use: a server whose database is down still answers requests that store nothing)."""
+    """The Responses endpoints over the loaded client (`generations`), the stored responses (`open_store`, opened
+    at the first use: a server whose database is down still answers requests that store nothing) and the vector
+    stores that the file_search tool searches (`search_stores`)."""
 
     def __init__(self, generations: Generations, open_store: Callable[[], ResponseStore], default_max_tokens: int,
-                 limits: RequestLimits) -> None:
+                 limits: RequestLimits, search_stores: SearchStores) -> None:
         self.generations, self.default_max_tokens, self.limits = generations, default_max_tokens, limits
+        self.search_stores = search_stores
         self._open_store = open_store
         self._store: ResponseStore | None = None
         self._store_lock = threading.Lock()
@@ -95,6 +103,7 @@ class Responses:
         params = rp.generation_params(body, client.generation_defaults,
                                       client.capabilities.context_window or self.default_max_tokens)
         tools = await run_in_threadpool(rp.tools, body)
+        search = fs.file_search(body.tools, body.tool_choice, body.include)
         response_format = await run_in_threadpool(rp.response_format, body)
         given = rp.input_items(body)
         self._check_items(len(given))  # before anything is loaded or converted
@@ -103,9 +112,11 @@ class Responses:
         chat = rp.chat_messages(body.instructions, [*earlier, *given], tools)
         self._check_size(chat)
         items = [_with_id(rp.stored_item(item)) for item in given]  # checked by chat_messages: schema fields only
-        messages = await run_in_threadpool(_checked_messages, chat)
+        searched = await self._search(search, chat) if search is not None else None
+        messages = await run_in_threadpool(_checked_messages, chat, fs.passages(searched[1]) if searched else None)
         output = ResponseOutput(body.model, _settings(body), tools,
-                                summarize=bool(body.reasoning and body.reasoning.summary))
+                                summarize=bool(body.reasoning and body.reasoning.summary), searched=searched,
+                                show_results=search is not None and search.include_results)
         flight, first = await self.generations.start(
             request, lambda cancel: client.stream(messages, params, cancel, tools.request, response_format))
 
@@ -171,6 +182,23 @@ class Responses:
                 yield _event(event)
         finally:
             self.generations.done(flight, output.metrics, ended)
+
+    async def _search(self, search: fs.FileSearch, chat: list[dict[str, Any]]
+                      ) -> tuple[str, list[SearchResult]] | None:
+        """The file_search, before the answer: its query (the last user message) and what it found; None when
+        there is no question to search for."""
+        query = fs.question(chat)
+        if not query:
+            return None
+        try:
+            found = await self.search_stores(search.vector_store_ids, query, search.max_results,
+                                             search.score_threshold)
+        except APIError as exc:
+            if exc.status == 404:
+                raise APIError(404, f"{search.param}.vector_store_ids: {exc.message}",
+                               param=f"{search.param}.vector_store_ids", code="not_found") from exc
+            raise
+        return query, found
 
     def _check_items(self, count: int) -> None:
         """413 for more input items (the earlier responses' included) than the limit on messages: items that make
@@ -325,10 +353,15 @@ def _declared(value: Any) -> Any:
     return value
 
 
-def _checked_messages(messages: list[dict[str, Any]]) -> list[ChatMessage]:
-    """The messages checked and normalized as chat completions' are (images decoded and checked)."""
+def _checked_messages(messages: list[dict[str, Any]], passages: Attachment | None = None) -> list[ChatMessage]:
+    """The messages checked and normalized as chat completions' are (images decoded and checked), with the
+    passages a file_search found on the last user message, quoted as the Chat quotes them."""
     try:
-        return Conversation.from_openai(messages, protocol.image_fetcher(ImageSettings.from_env())).to_openai()
+        conversation = Conversation.from_openai(messages, protocol.image_fetcher(ImageSettings.from_env()))
+        question = conversation.last_user_index()
+        if passages is not None and question is not None:
+            conversation.messages[question].attachments.append(passages)
+        return conversation.to_openai()
     except ValueError as exc:
         raise APIError(400, f"Invalid input: {exc}", param="input") from exc
     except RecursionError as exc:
