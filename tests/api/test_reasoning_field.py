@@ -49,7 +49,9 @@ def test_each_streamed_thought_delta_carries_both_fields(sdk, reasoner):
                                               stream=True))
     deltas = [_extra(c.choices[0].delta) for c in chunks if c.choices]
     thoughts = [d for d in deltas if "reasoning" in d or "reasoning_content" in d]
-    assert len(thoughts) > 1 and all(d["reasoning"] == d["reasoning_content"] for d in thoughts)
+    # Usually one delta per piece; on a loaded machine the server joins the pieces that came while the client was
+    # reading (CI once got the whole thought in one), so the count is not asserted, only that each carries both.
+    assert thoughts and all(d["reasoning"] == d["reasoning_content"] for d in thoughts)
     assert "".join(str(d["reasoning"]) for d in thoughts) == "".join(THOUGHT)
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == ANSWER
 
