@@ -10,6 +10,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -160,6 +161,9 @@ def test_tool_choice_none_searches_nothing_and_file_search_can_be_forced(server)
     ([{**SEARCH, "vector_store_ids": ["vs_x"]}, {**SEARCH, "vector_store_ids": ["vs_y"]}], None, 400,
      "one file_search tool"),
     ([], {"type": "file_search"}, 400, "needs a file_search tool"),
+    ([{**SEARCH, "vector_store_ids": ["vs_x"], "filters": {}}], None, 400, "no attribute filters"),
+    ([{**SEARCH, "vector_store_ids": ["vs_x"], "ranking_options": {"ranker": "none"}}], None, 400, "ranker"),
+    ([{**SEARCH, "vector_store_ids": ["v" * 101]}], None, 400, "vector_store_ids"),
 ])
 def test_what_cannot_be_searched_is_refused_with_why(server, tools, choice, status, says):
     extra = {"tool_choice": choice} if choice else {}
@@ -168,6 +172,41 @@ def test_what_cannot_be_searched_is_refused_with_why(server, tools, choice, stat
         server.sdk.responses.create(model=MODEL, input=QUESTION, tools=tools, store=False, **extra)
     assert refused.value.status_code == status and says in refused.value.message
     assert len(server.client.requests) == before  # nothing was generated
+
+
+def test_many_results_are_cut_to_what_fits_half_the_context_window(server):
+    server.client.add_reply(text_reply("Many [6]."))
+    common = "Which parish field was near the harbour?"
+    response = server.sdk.responses.create(model=MODEL, input=common, tools=[server.tool(max_num_results=50)],
+                                           include=["file_search_call.results"], store=False)
+    results = response.output[0].results
+    # The scripted model's window is 4,096 tokens: passages get half, at 4 characters a token.
+    assert 1 < len(results) < 50 and sum(len(result.text) for result in results) <= 2048 * 4
+    quoted_numbers = re.findall(r"^\[(\d+)\] parish-records\.pdf", quoted(server.last_prompt()), re.M)
+    assert quoted_numbers == [str(n) for n in range(1, len(results) + 1)]  # what is reported is what was read
+    assert len(response.output[1].content[0].annotations) == (1 if len(results) >= 6 else 0)
+
+
+def test_a_forced_search_with_nothing_to_search_for_is_refused(server):
+    with pytest.raises(openai.BadRequestError, match="no text to search for"):
+        server.sdk.responses.create(model=MODEL, input=[{"role": "developer", "content": "Be brief."}],
+                                    tools=[server.tool()], tool_choice={"type": "file_search"}, store=False)
+
+
+@pytest.mark.parametrize("echoed, status", [
+    ({"status": ["completed"]}, 200),  # a status that is not one is stored as "completed" (it was a 500)
+    ({"queries": ["q" * 600_000], "results": [{"text": "r" * 600_000}]}, 413),  # stored text counts too
+])
+def test_odd_echoed_file_search_calls_are_answered(server, echoed, status):
+    item = {"type": "file_search_call", "id": "fs_1", "queries": ["q"], "status": "completed", **echoed}
+    if status == 200:
+        server.client.add_reply(text_reply("Fine."))
+    answer = httpx.post(f"{server.base}/v1/responses", timeout=60, headers={"Authorization": "Bearer none"}, json={
+        "model": MODEL, "input": [item, {"role": "user", "content": "hi"}]})
+    assert answer.status_code == status, answer.text
+    if status == 200:
+        listed = server.sdk.responses.input_items.list(answer.json()["id"], order="asc").data
+        assert listed[0].type == "file_search_call" and listed[0].status == "completed"
 
 
 def test_an_input_echoing_a_file_search_call_is_taken(server):

@@ -12,7 +12,6 @@ from __future__ import annotations
 import builtins
 import hashlib
 import logging
-import threading
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
@@ -26,6 +25,7 @@ from app.config import LOCAL_OWNER
 from app.frontends.api.api_errors import documented_errors
 from app.frontends.api.chat_completions.chat_protocol import APIError
 from app.frontends.api.knowledge import knowledge_protocol as kp
+from app.frontends.api.lazy_open import LazyOpen
 from app.knowledge.vector_stores import NotFound, SearchResult, VectorStores
 from app.storage import open_database
 from app.storage.api_files import ApiFileStore
@@ -41,9 +41,9 @@ class KnowledgeEndpoints:
 
     def __init__(self, api_key: str | None, open_stores: Callable[[], VectorStores] | None = None) -> None:
         self.owner = LOCAL_OWNER if not api_key else "api-key:" + hashlib.sha256(api_key.encode()).hexdigest()[:32]
-        self._open = open_stores or _open_vector_stores
-        self._stores: VectorStores | None = None
-        self._lock = threading.Lock()
+        self._stores = LazyOpen(open_stores or _open_vector_stores, lambda _: (
+            "Files and vector stores are unavailable: the server cannot open its database (DEMO_DATABASE_URL)."),
+            (StorageError,))
 
     def register(self, app: FastAPI) -> None:
         errors = documented_errors(400, 401, 404, 413, 422, 503)
@@ -176,7 +176,7 @@ class KnowledgeEndpoints:
 
     async def _run(self, action: Any) -> Any:
         """`action(stores)` on a worker thread, its refusals answered in OpenAI's error shape."""
-        stores = await run_in_threadpool(self._require)
+        stores = await run_in_threadpool(self._stores.get)
         try:
             return await run_in_threadpool(action, stores)
         except NotFound as exc:
@@ -187,17 +187,6 @@ class KnowledgeEndpoints:
             log.warning("Knowledge storage failed: %s", exc)
             raise APIError(503, "The server's database is unavailable; try again later.",
                            kind="service_unavailable") from exc
-
-    def _require(self) -> VectorStores:
-        with self._lock:
-            if self._stores is None:
-                try:
-                    self._stores = self._open()
-                except StorageError as exc:
-                    log.warning("The knowledge store is unavailable: %s", exc)
-                    raise APIError(503, "Files and vector stores are unavailable: the server cannot open its "
-                                        "database (DEMO_DATABASE_URL).", kind="service_unavailable") from exc
-            return self._stores
 
 
 def _open_vector_stores() -> VectorStores:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from openai.types.responses.response_output_text import AnnotationFileCitation
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -32,7 +32,7 @@ _MARKER = re.compile(r"\[(\d{1,3}(?:\s*,\s*\d{1,3})*)\]")
 class _RankingOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    ranker: Literal["auto", "default-2024-11-15", "none"] | None = None
+    ranker: Literal["auto", "default-2024-11-15"] | None = None
     score_threshold: float | None = Field(None, ge=0, le=1)
     hybrid_search: dict[str, Any] | None = None
 
@@ -41,7 +41,7 @@ class _FileSearchTool(BaseModel):
     model_config = ConfigDict(extra="forbid")  # a field this server cannot act on is refused, not ignored
 
     type: Literal["file_search"]
-    vector_store_ids: list[str] = Field(min_length=1, max_length=16)
+    vector_store_ids: list[Annotated[str, Field(min_length=1, max_length=100)]] = Field(min_length=1, max_length=16)
     max_num_results: int | None = Field(None, ge=1, le=50)
     ranking_options: _RankingOptions | None = None
     filters: dict[str, Any] | None = None
@@ -56,6 +56,7 @@ class FileSearch:
     score_threshold: float | None
     include_results: bool
     param: str  # where the tool sits in the request, for errors
+    forced: bool  # tool_choice names file_search (or "required"): a request with nothing to search for is refused
 
 
 def file_search(tools: list[dict[str, Any]] | None, tool_choice: Any, include: list[str] | None
@@ -80,7 +81,7 @@ def file_search(tools: list[dict[str, Any]] | None, tool_choice: Any, include: l
         first = exc.errors()[0]
         field = ".".join(str(part) for part in first.get("loc", ()))
         raise APIError(400, f"{where}.{field}: {first.get('msg', 'invalid')}", param=f"{where}.{field}") from exc
-    if tool.filters:
+    if tool.filters is not None:
         raise APIError(400, "file_search takes no attribute filters here (files carry no attributes).",
                        param=f"{where}.filters")
     ranking = tool.ranking_options
@@ -89,8 +90,9 @@ def file_search(tools: list[dict[str, Any]] | None, tool_choice: Any, include: l
                        param=f"{where}.ranking_options.hybrid_search")
     if tool_choice == "none":
         return None
+    forced = tool_choice == "required" or (isinstance(tool_choice, dict) and tool_choice.get("type") == "file_search")
     return FileSearch(list(dict.fromkeys(tool.vector_store_ids)), tool.max_num_results or PASSAGES_PER_QUESTION,
-                      ranking.score_threshold if ranking else None, RESULTS_INCLUDE in (include or ()), where)
+                      ranking.score_threshold if ranking else None, RESULTS_INCLUDE in (include or ()), where, forced)
 
 
 def question(messages: list[dict[str, Any]]) -> str:
@@ -103,6 +105,18 @@ def question(messages: list[dict[str, Any]]) -> str:
             part.get("text", "") for part in content or () if isinstance(part, dict) and part.get("type") == "text")
         return " ".join(text.split())[:MAX_QUERY_CHARS]
     return ""
+
+
+def fitting(results: list[SearchResult], budget_chars: int) -> list[SearchResult]:
+    """The best results, in order, as many as fit in `budget_chars` of prompt (each with its source line)."""
+    kept: list[SearchResult] = []
+    used = 0
+    for result in results:
+        used += len(result.text) + len(result.filename) + len(result.location) + 16
+        if used > budget_chars:
+            break
+        kept.append(result)
+    return kept
 
 
 def passages(results: list[SearchResult]) -> Attachment | None:

@@ -430,8 +430,9 @@ def stored_item(item: dict[str, Any]) -> dict[str, Any]:
             if isinstance(part, dict) and part.get("type") in _TEXT_PARTS and isinstance(part.get("text"), str)])
     elif kind == "file_search_call":
         queries = item.get("queries")
+        status = item.get("status")
         kept.update(queries=[query for query in queries if isinstance(query, str)] if isinstance(queries, list)
-                    else [], status=item.get("status") if item.get("status") in _CALL_STATUSES else "completed")
+                    else [], status=status if isinstance(status, str) and status in _CALL_STATUSES else "completed")
         results = item.get("results")
         if isinstance(results, list):
             kept["results"] = [_stored_result(result) for result in results if _stored_result(result) is not None]

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Literal
 
@@ -32,6 +31,7 @@ from app.frontends.api.chat_completions import chat_protocol as protocol
 from app.frontends.api.chat_completions.chat_answers import finish_reason
 from app.frontends.api.chat_completions.chat_protocol import APIError, error_response
 from app.frontends.api.generations import Generations, InFlight
+from app.frontends.api.lazy_open import LazyOpen
 from app.frontends.api.responses import file_search as fs
 from app.frontends.api.responses import responses_protocol as rp
 from app.frontends.api.responses.responses_output import ResponseOutput, new_id
@@ -45,7 +45,11 @@ _SSE_EVENT = {"type": "object", "required": ["data"], "properties": {
     "event": {"type": "string", "description": "The event's type, as in its data."},
     "data": {"type": "string", "description": "One Responses API streaming event as JSON (response.created, "
                                               "response.output_text.delta, ..., response.completed)."}}}
-_ITEM_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
+_ITEM_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs",
+                "file_search_call": "fs"}
+# Retrieved passages take at most half the context window, counted at this many characters a token (English text
+# runs 4 to 5 in the tokenizers of small models): the question, the history and the answer keep the rest.
+_CHARS_PER_TOKEN = 4
 
 
 class DeletedResponse(BaseModel):
@@ -75,9 +79,9 @@ class Responses:
                  limits: RequestLimits, search_stores: SearchStores) -> None:
         self.generations, self.default_max_tokens, self.limits = generations, default_max_tokens, limits
         self.search_stores = search_stores
-        self._open_store = open_store
-        self._store: ResponseStore | None = None
-        self._store_lock = threading.Lock()
+        self._store = LazyOpen(open_store, lambda _: (
+            "Stored responses are unavailable: the server cannot open its database. Send store=false with the whole "
+            "conversation as input."), (StorageError,))
 
     def register(self, app: FastAPI) -> None:
         answer = {"content": {"text/event-stream": {"schema": _SSE_EVENT}},
@@ -110,9 +114,13 @@ class Responses:
         earlier = await run_in_threadpool(self._history, store, owner, body.previous_response_id)
         self._check_items(len(earlier) + len(given))
         chat = rp.chat_messages(body.instructions, [*earlier, *given], tools)
-        self._check_size(chat)
+        # Echoed file_search_call items are not read, but they are stored: their text counts as well.
+        unread = protocol.text_chars([item for item in given if item.get("type") == "file_search_call"])
+        self._check_size(chat, unread)
         items = [_with_id(rp.stored_item(item)) for item in given]  # checked by chat_messages: schema fields only
-        searched = await self._search(search, chat) if search is not None else None
+        window = client.capabilities.context_window or self.default_max_tokens
+        budget = min(window // 2 * _CHARS_PER_TOKEN, self.limits.max_chars - protocol.text_chars(chat) - unread)
+        searched = await self._search(search, chat, budget) if search is not None else None
         messages = await run_in_threadpool(_checked_messages, chat, fs.passages(searched[1]) if searched else None)
         output = ResponseOutput(body.model, _settings(body), tools,
                                 summarize=bool(body.reasoning and body.reasoning.summary), searched=searched,
@@ -183,12 +191,16 @@ class Responses:
         finally:
             self.generations.done(flight, output.metrics, ended)
 
-    async def _search(self, search: fs.FileSearch, chat: list[dict[str, Any]]
+    async def _search(self, search: fs.FileSearch, chat: list[dict[str, Any]], budget_chars: int
                       ) -> tuple[str, list[SearchResult]] | None:
-        """The file_search, before the answer: its query (the last user message) and what it found; None when
-        there is no question to search for."""
+        """The file_search, before the answer: its query (the last user message) and the best passages found, as
+        many as fit in `budget_chars` (those are all the response reports, so [n] always names one the model
+        read); None when there is no question to search for."""
         query = fs.question(chat)
         if not query:
+            if search.forced:
+                raise APIError(400, "tool_choice asks for a file_search, and the last user message has no text to "
+                                    "search for.", param="tool_choice")
             return None
         try:
             found = await self.search_stores(search.vector_store_ids, query, search.max_results,
@@ -198,7 +210,7 @@ class Responses:
                 raise APIError(404, f"{search.param}.vector_store_ids: {exc.message}",
                                param=f"{search.param}.vector_store_ids", code="not_found") from exc
             raise
-        return query, found
+        return query, fs.fitting(found, budget_chars)
 
     def _check_items(self, count: int) -> None:
         """413 for more input items (the earlier responses' included) than the limit on messages: items that make
@@ -208,11 +220,11 @@ class Responses:
                                 f"at most {self.limits.max_messages} per request.", param="input",
                            code="request_too_large")
 
-    def _check_size(self, messages: list[dict[str, Any]]) -> None:
+    def _check_size(self, messages: list[dict[str, Any]], unread_chars: int = 0) -> None:
         if len(messages) > self.limits.max_messages:
             raise APIError(413, f"The input makes {len(messages)} messages; this server takes at most "
                                 f"{self.limits.max_messages} per request.", param="input", code="request_too_large")
-        chars = protocol.text_chars(messages)
+        chars = protocol.text_chars(messages) + unread_chars
         if chars > self.limits.max_chars:
             raise APIError(413, f"The input holds {chars} characters of text; this server takes at most "
                                 f"{self.limits.max_chars} per request.", param="input", code="request_too_large")
@@ -254,16 +266,7 @@ class Responses:
         return store
 
     def _require_store(self) -> ResponseStore:
-        with self._store_lock:
-            if self._store is None:
-                try:
-                    self._store = self._open_store()
-                except StorageError as exc:
-                    log.warning("The response store is unavailable: %s", exc)
-                    raise APIError(503, "Stored responses are unavailable: the server cannot open its database. "
-                                        "Send store=false with the whole conversation as input.",
-                                   kind="service_unavailable") from exc
-            return self._store
+        return self._store.get()
 
     @staticmethod
     def _history(store: ResponseStore | None, owner: str, previous: str | None) -> list[dict[str, Any]]:
