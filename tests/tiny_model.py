@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 from pathlib import Path
 
 # Where the tests' transformers clients run: the CPU, or `DEMO_TEST_DEVICE=cuda` to run the engine tests on a GPU.
@@ -171,3 +172,40 @@ def build_scripted_model(folder: Path, pieces: list[str], family: str = "qwen3")
     model.generation_config.do_sample, model.generation_config.temperature = True, 0.6  # as reasoning models use
     model.save_pretrained(folder, safe_serialization=True)
     return folder
+
+
+def build_tiny_embedder(folder: Path, seed: int = 0) -> Path:
+    """A tiny, randomly initialised sentence-embedding model saved as sentence-transformers saves one (a BERT
+    encoder with a WordPiece tokenizer, mean pooling, normalization): loaded by the app as a real one would be.
+    Random weights give meaningless vectors, but texts sharing words still come out closer than unrelated ones."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+    from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
+
+    torch.manual_seed(seed)
+    encoder = folder / "encoder"
+    backend = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    backend.normalizer = normalizers.BertNormalizer(lowercase=True)
+    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    backend.train_from_iterator([_TRAINING_TEXT] * 4, trainers.WordPieceTrainer(vocab_size=400,
+                                                                                  special_tokens=specials))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]",
+                                        cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]",
+                                        model_max_length=128)
+    tokenizer.save_pretrained(encoder)
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=128, pad_token_id=tokenizer.pad_token_id)
+    BertModel(config).save_pretrained(encoder)
+    transformer = Transformer(str(encoder), max_seq_length=128)
+    model = SentenceTransformer(modules=[transformer, Pooling(32, pooling_mode="mean"), Normalize()], device="cpu")
+    model.save(str(folder))
+    shutil.rmtree(encoder)  # saved again at the top, as sentence-transformers lays a model out
+    return folder
+
+
+_TRAINING_TEXT = ("the keeper of the lighthouse was paid eleven shillings a week. copper wire for the telegraph was "
+                  "shipped aboard the schooner. the orchard grew forty varieties of pear. the bridge collapsed in "
+                  "the flood and was rebuilt in granite. what how which when where who did was were is are")

@@ -34,12 +34,14 @@ from app.frontends.api.api_errors import add_error_handlers, documented_errors
 from app.frontends.api.chat_completions.chat_protocol import ModelList
 from app.frontends.api.chat_completions.chat_serving import ChatCompletions
 from app.frontends.api.completions.completions_serving import Completions
+from app.frontends.api.embeddings.embeddings_serving import EmbeddingsEndpoint
 from app.frontends.api.generations import Generations
 from app.frontends.api.knowledge.knowledge_serving import KnowledgeEndpoints
 from app.frontends.api.metrics import ServerMetrics
 from app.frontends.api.middleware import add_middleware
 from app.frontends.api.model_holder import ModelHolder
 from app.frontends.api.responses.responses_serving import Responses
+from app.knowledge.embeddings import Embedder
 from app.knowledge.vector_stores import VectorStores
 from app.limits.http_timeouts import uvicorn_options
 from app.storage import open_database
@@ -47,10 +49,12 @@ from app.storage.responses import ResponseStore
 
 
 def create_app(settings: ServerSettings, client: Client | None = None,
-               response_store: ResponseStore | None = None, vector_stores: VectorStores | None = None) -> FastAPI:
+               response_store: ResponseStore | None = None, vector_stores: VectorStores | None = None,
+               embedder: Embedder | None = None) -> FastAPI:
     """The API app. It loads `settings.model` at start-up, in the background, unless handed an already loaded
     `client` (tests, benchmarks) to serve instead. Stored responses, files and vector stores go to the configured
-    database (opened at their first use) unless `response_store` and `vector_stores` are given."""
+    database (opened at their first use) unless `response_store` and `vector_stores` are given; /v1/embeddings uses
+    `embedder`, else DEMO_EMBEDDING_MODEL's (loaded at its first use)."""
     holder = ModelHolder(settings.model, client, settings.served_name)
     metrics = ServerMetrics()
     metrics.watch_model(lambda: holder.client.activity() if holder.client is not None else None)
@@ -62,6 +66,7 @@ def create_app(settings: ServerSettings, client: Client | None = None,
     responses = Responses(generations, (lambda: response_store) if response_store is not None
                           else (lambda: ResponseStore(open_database())), settings.default_max_tokens, settings.limits,
                           knowledge.search_stores)
+    embeddings = EmbeddingsEndpoint((lambda: embedder) if embedder is not None else None)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -98,6 +103,7 @@ def create_app(settings: ServerSettings, client: Client | None = None,
     responses.register(app)
     text_completions.register(app)
     knowledge.register(app)
+    embeddings.register(app)
     return app
 
 

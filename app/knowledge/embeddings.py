@@ -1,0 +1,160 @@
+"""Sentence embeddings: texts as unit-length vectors whose dot product says how close their meanings are. Either a
+local sentence-embedding model (a folder on this machine, read by sentence-transformers, which applies the model's
+own pooling, normalization and query/document prompts), or any server that speaks OpenAI's /v1/embeddings.
+
+Nothing here downloads: a local model is a folder (the model library fetches one where the network is allowed), and
+a remote one is a URL the user gave. UI-agnostic: the API server's /v1/embeddings is one front end of it.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+Kind = Literal["query", "document"]  # a question searched for, or a passage searched in (some models tell them apart)
+_BATCH = 32
+
+
+class EmbeddingError(RuntimeError):
+    """An embedding model that cannot be loaded or reached, or a text it cannot take; the message says why."""
+
+
+@dataclass(frozen=True)
+class Embedded:
+    vectors: list[list[float]]  # one per text, unit length
+    tokens: int  # the tokens the model read, for usage figures
+
+
+class Embedder(Protocol):
+    name: str  # the model's name, as /v1/embeddings serves it
+
+    def embed(self, texts: Sequence[str], kind: Kind = "document") -> Embedded: ...
+
+    def token_counts(self, texts: Sequence[str]) -> list[int]: ...
+
+    @property
+    def max_tokens(self) -> int: ...  # the longest text it reads whole
+
+
+class LocalEmbedder:
+    """A sentence-embedding model in a local folder, on the CPU (or `device`). One batch at a time: torch already
+    uses every core for one, and a second would only double the memory."""
+
+    def __init__(self, folder: str | Path, device: str = "cpu", name: str | None = None) -> None:
+        from sentence_transformers import SentenceTransformer
+
+        path = Path(folder).expanduser()
+        if not path.is_dir():
+            raise EmbeddingError(f"No embedding model folder at {path}: give the folder of a sentence-embedding model "
+                                 "(for example one fetched on the Models page).")
+        try:
+            self._model = SentenceTransformer(str(path), device=device, local_files_only=True,
+                                              trust_remote_code=False)
+        except (OSError, ValueError, KeyError) as exc:
+            raise EmbeddingError(f"{path} could not be loaded as a sentence-embedding model: {exc}") from exc
+        self.name = name or path.name
+        self._lock = threading.Lock()
+
+    @property
+    def dimensions(self) -> int:
+        return int(self._model.get_embedding_dimension() or 0)
+
+    @property
+    def max_tokens(self) -> int:
+        return int(self._model.max_seq_length or 512)  # None: a model that names no limit
+
+    def token_counts(self, texts: Sequence[str]) -> list[int]:
+        """How many tokens the model reads of each text, before it cuts any to max_tokens."""
+        tokenizer = self._model.tokenizer
+        return [len(ids) for ids in tokenizer(list(texts), add_special_tokens=True, truncation=False)["input_ids"]]
+
+    def embed(self, texts: Sequence[str], kind: Kind = "document") -> Embedded:
+        if not texts:
+            return Embedded([], 0)
+        with self._lock:
+            encode = self._model.encode_query if kind == "query" else self._model.encode_document
+            vectors = encode(list(texts), batch_size=_BATCH, normalize_embeddings=True, convert_to_numpy=True,
+                             show_progress_bar=False)
+        tokens = sum(min(count, self.max_tokens) for count in self.token_counts(texts))
+        return Embedded([[float(value) for value in row] for row in vectors], tokens)
+
+
+class RemoteEmbedder:
+    """A model behind an OpenAI-compatible /v1/embeddings (OpenAI, vLLM, llama-server, Ollama, this app's own API
+    server), through the openai SDK. Its vectors are normalized here: not every server does."""
+
+    def __init__(self, base_url: str, model: str, api_key: str | None = None, timeout_s: float = 60.0,
+                 max_tokens: int = 8192) -> None:
+        import openai
+
+        self._client = openai.OpenAI(base_url=base_url, api_key=api_key or "none", timeout=timeout_s, max_retries=1)
+        self.name = model
+        self._max_tokens = max_tokens
+
+    @property
+    def max_tokens(self) -> int:
+        return self._max_tokens
+
+    def token_counts(self, texts: Sequence[str]) -> list[int]:
+        return [max(1, len(text) // 4) for text in texts]  # a server's tokenizer is its own: an estimate
+
+    def embed(self, texts: Sequence[str], kind: Kind = "document") -> Embedded:
+        import openai
+
+        vectors: list[list[float]] = []
+        tokens = 0
+        for start in range(0, len(texts), _BATCH):
+            batch = list(texts[start:start + _BATCH])
+            try:
+                answer = self._client.embeddings.create(model=self.name, input=batch, encoding_format="float")
+            except openai.OpenAIError as exc:
+                raise EmbeddingError(f"The embedding server refused or could not be reached: {exc}") from exc
+            ordered = sorted(answer.data, key=lambda item: item.index)
+            if len(ordered) != len(batch):
+                raise EmbeddingError(f"The embedding server gave {len(ordered)} vectors for {len(batch)} texts.")
+            vectors += [unit(item.embedding) for item in ordered]
+            tokens += answer.usage.prompt_tokens if answer.usage else 0
+        return Embedded(vectors, tokens)
+
+
+def unit(vector: Sequence[float]) -> list[float]:
+    """`vector` scaled to length 1 (a zero vector stays zero)."""
+    length = math.sqrt(sum(value * value for value in vector))
+    return [float(value) / length for value in vector] if length else [float(value) for value in vector]
+
+
+def embedder_from_env(environ: Any = None) -> Embedder | None:
+    """The embedding model the settings name: DEMO_EMBEDDING_MODEL (a local folder, or a Hub id already in the
+    Hugging Face cache), or DEMO_EMBEDDING_URL with DEMO_EMBEDDING_MODEL as the model's name there (and
+    DEMO_EMBEDDING_API_KEY); None when neither is set."""
+    import os
+
+    env = os.environ if environ is None else environ
+    model = env.get("DEMO_EMBEDDING_MODEL", "").strip()
+    url = env.get("DEMO_EMBEDDING_URL", "").strip()
+    if url:
+        if not model:
+            raise EmbeddingError("DEMO_EMBEDDING_URL needs DEMO_EMBEDDING_MODEL: the model's name on that server.")
+        return RemoteEmbedder(url, model, env.get("DEMO_EMBEDDING_API_KEY") or None)
+    if not model:
+        return None
+    folder = Path(model).expanduser()
+    if folder.is_dir():
+        return LocalEmbedder(folder)
+    return LocalEmbedder(_cached(model), name=model)
+
+
+def _cached(repo_id: str) -> Path:
+    """A Hub model already in the Hugging Face cache (nothing is downloaded)."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(repo_id, local_files_only=True))
+    except (LocalEntryNotFoundError, HFValidationError, OSError) as exc:
+        raise EmbeddingError(f"DEMO_EMBEDDING_MODEL={repo_id!r} is neither a folder nor a model in the Hugging Face "
+                             "cache: fetch it on the Models page (with downloads allowed) or give its folder.") from exc
