@@ -8,6 +8,7 @@ a remote one is a URL the user gave. UI-agnostic: the API server's /v1/embedding
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from collections.abc import Sequence
@@ -125,6 +126,22 @@ def unit(vector: Sequence[float]) -> list[float]:
     """`vector` scaled to length 1 (a zero vector stays zero)."""
     length = math.sqrt(sum(value * value for value in vector))
     return [float(value) / length for value in vector] if length else [float(value) for value in vector]
+
+
+def configured_embedder() -> Embedder | None:
+    """The embedding model the environment names (see embedder_from_env), loaded once per process and setting:
+    its weights are read-only, shared by every user's searches."""
+    import os
+
+    return _loaded(tuple(os.environ.get(name, "").strip() for name in _SETTINGS))
+
+
+_SETTINGS = ("DEMO_EMBEDDING_MODEL", "DEMO_EMBEDDING_URL", "DEMO_EMBEDDING_API_KEY")
+
+
+@functools.lru_cache(maxsize=2)
+def _loaded(settings: tuple[str, ...]) -> Embedder | None:
+    return embedder_from_env(dict(zip(_SETTINGS, settings, strict=True)))
 
 
 def embedder_from_env(environ: Any = None) -> Embedder | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.domain.conversation import Attachment, Source
+from app.knowledge.retrieval import Retrieval
 from app.storage.errors import StorageError
 from app.storage.knowledge import KnowledgeStore
 from app.tools.tool_registry import ToolError, ToolHints, ToolOutput, ToolRegistry
@@ -55,7 +56,7 @@ class KnowledgeSearch:
         if not collections:
             return ToolOutput("The user has no documents in knowledge yet.", structured={"results": []})
         names = {c.id: c.name for c in collections}
-        hits = self.store.search(self.owner, list(names), query, max(1, min(int(limit), MAX_RESULTS)))
+        hits = Retrieval(self.store).search(self.owner, list(names), query, max(1, min(int(limit), MAX_RESULTS)))
         if not hits:
             return ToolOutput(f"No passage of the user's documents matches {query!r}.", structured={"results": []})
         results = [{"number": n, "document": hit.document_name, "collection": names.get(hit.collection_id, ""),

@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import builtins
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import PurePath
 
 from app.config import KnowledgeSettings
+from app.knowledge.embeddings import Embedder, configured_embedder
 from app.knowledge.ingest import add_file
 from app.knowledge.reading import READABLE_TYPES
+from app.knowledge.retrieval import Retrieval
 from app.storage.api_files import ApiFile, ApiFileStore, VectorStoreFile, VectorStoreGone
 from app.storage.errors import StorageError
 from app.storage.knowledge import MAX_NAME, Collection, KnowledgeLimits, KnowledgeRefused, KnowledgeStore, printable
@@ -55,8 +57,10 @@ class VectorStores:
     """One per process: it holds off a second reading of the same bytes into the same collection while the first
     is under way (the second then maps to the first's document)."""
 
-    def __init__(self, knowledge: KnowledgeStore, files: ApiFileStore, settings: KnowledgeSettings | None = None):
+    def __init__(self, knowledge: KnowledgeStore, files: ApiFileStore, settings: KnowledgeSettings | None = None,
+                 embedder: Callable[[], Embedder | None] = configured_embedder):
         self.knowledge, self.files = knowledge, files
+        self.retrieval = Retrieval(knowledge, embedder)
         self.settings = settings or KnowledgeSettings.from_env()
         self._reading: dict[tuple[str, str], threading.Lock] = {}
         self._reading_guard = threading.Lock()
@@ -208,7 +212,7 @@ class VectorStores:
             SearchResult]:
         for vector_store_id in vector_store_ids:
             self.get(owner, vector_store_id)
-        hits = self.knowledge.search(owner, list(vector_store_ids), query, limit)
+        hits = self.retrieval.search(owner, list(vector_store_ids), query, limit)
         file_ids = self.files.file_ids_of(owner, [hit.document_id for hit in hits])
         best = max((hit.score for hit in hits), default=0.0) or 1.0
         return [SearchResult(file_ids.get(hit.document_id, DOCUMENT_PREFIX + hit.document_id), hit.document_name,

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import String, bindparam, delete, func, insert, select, text, update
+from sqlalchemy import ColumnElement, String, bindparam, delete, func, insert, or_, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -27,6 +27,7 @@ from app.storage.tables import KNOWLEDGE_FTS_TABLE, KNOWLEDGE_LANGUAGE, KNOWLEDG
 from app.storage.tables import KnowledgeChunkRow as K
 from app.storage.tables import KnowledgeCollectionRow as C
 from app.storage.tables import KnowledgeDocumentRow as D
+from app.storage.tables import KnowledgeVectorRow as V
 
 MAX_NAME = 200
 MAX_DOCUMENT_NAME = 300
@@ -269,6 +270,73 @@ class KnowledgeStore(EngineStore):
                                                "documents": list(document_ids), "limit": limit}).all()
         return [Hit(int(row[0]), row[1], row[2], row[3], row[4], row[5], float(row[6])) for row in rows]
 
+    # ----- sentence embeddings (app/knowledge/retrieval.py) -------------------------------------------------------
+
+    def unembedded(self, owner: str, model: str, collection_ids: Sequence[str], document_ids: Sequence[str] = (),
+                   limit: int = 256) -> builtins.list[tuple[int, str]]:
+        """Up to `limit` passages of the owner's collections (and single documents) that have no vector by `model`
+        yet: (id, text), in the order they were stored."""
+        if not (collection_ids or document_ids):
+            return []
+        embedded = select(V.passage_id).where(V.passage_id == K.id, V.model == model).exists()
+        with self._reading() as session:
+            rows = session.execute(select(K.id, K.text).join(D, D.id == K.document_id).where(
+                _in_scope(owner, collection_ids, document_ids), ~embedded).order_by(K.id).limit(limit)).all()
+        return [(int(row[0]), row[1]) for row in rows]
+
+    def add_vectors(self, model: str, vectors: Sequence[tuple[int, bytes]]) -> int:
+        """Stores passages' vectors by `model` (float32, little-endian); a passage deleted meanwhile, or whose
+        vector another process stored first, is skipped. How many were stored."""
+        ids = [passage_id for passage_id, _ in vectors]
+        with self._writing() as session:
+            present = set(session.scalars(select(K.id).where(K.id.in_(ids))))
+            present -= set(session.scalars(select(V.passage_id).where(V.model == model, V.passage_id.in_(ids))))
+            rows = [{"passage_id": passage_id, "model": model, "vector": vector} for passage_id, vector in vectors
+                    if passage_id in present]
+            if rows:
+                try:
+                    with session.begin_nested():
+                        session.execute(insert(V), rows)
+                except IntegrityError:  # another process, at the same moment: its vectors are the same
+                    return 0
+        return len(rows)
+
+    def nearest(self, owner: str, model: str, collection_ids: Sequence[str], query: Sequence[float],
+                limit: int = 5, document_ids: Sequence[str] = ()) -> builtins.list[Hit]:
+        """The passages whose vectors by `model` are closest to `query` (a unit vector of the same model): best
+        first, `score` their cosine similarity. Exact: every vector in scope is read and compared (numpy), as
+        sqlite-vec's and pgvector's exact search do; a user's scope is thousands of passages, not millions."""
+        import numpy as np
+
+        if not (collection_ids or document_ids):
+            return []
+        wanted = np.asarray(query, dtype="<f4")
+        limit = max(1, min(int(limit), 200))
+        best_ids = np.empty(0, dtype=np.int64)
+        best_scores = np.empty(0, dtype=np.float32)
+        with self._reading() as session:
+            result = session.execute(
+                select(V.passage_id, V.vector).join(K, K.id == V.passage_id).join(D, D.id == K.document_id)
+                .where(V.model == model, _in_scope(owner, collection_ids, document_ids))
+                .execution_options(yield_per=4096))
+            for batch in result.partitions():
+                kept = [row for row in batch if len(row[1]) == wanted.nbytes]  # another size: not this model's
+                if not kept:
+                    continue
+                matrix = np.frombuffer(b"".join(row[1] for row in kept), dtype="<f4").reshape(len(kept), -1)
+                best_ids = np.concatenate([best_ids, np.fromiter((row[0] for row in kept), np.int64, len(kept))])
+                best_scores = np.concatenate([best_scores, matrix @ wanted])
+                if len(best_ids) > limit:  # keep only the best `limit` so far: memory stays one batch
+                    top = np.argpartition(-best_scores, limit - 1)[:limit]
+                    best_ids, best_scores = best_ids[top], best_scores[top]
+            order = np.argsort(-best_scores, kind="stable")
+            ranked = [(int(best_ids[i]), float(best_scores[i])) for i in order]
+            rows = {int(row[0]): row for row in session.execute(
+                select(K.id, K.document_id, D.name, D.collection_id, K.location, K.text)
+                .join(D, D.id == K.document_id).where(K.id.in_([passage_id for passage_id, _ in ranked]))).all()}
+        return [Hit(passage_id, rows[passage_id][1], rows[passage_id][2], rows[passage_id][3], rows[passage_id][4],
+                    rows[passage_id][5], score) for passage_id, score in ranked if passage_id in rows]
+
     def passage(self, owner: str, passage_id: int) -> Hit | None:
         """One passage by id (a citation's), if it is the owner's."""
         with self._reading() as session:
@@ -276,6 +344,12 @@ class KnowledgeStore(EngineStore):
                 select(K.id, K.document_id, D.name, D.collection_id, K.location, K.text)
                 .join(D, D.id == K.document_id).where(K.id == passage_id, D.owner == owner)).first()
         return Hit(int(row[0]), row[1], row[2], row[3], row[4], row[5], 0.0) if row else None
+
+
+def _in_scope(owner: str, collection_ids: Sequence[str], document_ids: Sequence[str]) -> ColumnElement[bool]:
+    """The owner's ready documents in these collections, or these documents themselves."""
+    return (D.owner == owner) & D.ready & or_(D.collection_id.in_(list(collection_ids)),
+                                               D.id.in_(list(document_ids)))
 
 
 def lock_owner(session: Session, owner: str) -> None:

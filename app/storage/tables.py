@@ -243,6 +243,18 @@ class KnowledgeChunkRow(Base):
     )
 
 
+class KnowledgeVectorRow(Base):
+    """A passage's sentence embedding by one model: unit-length float32, little-endian (app/knowledge/retrieval.py).
+    Made the first time a search with that model reaches the passage; gone with the passage."""
+
+    __tablename__ = "knowledge_vectors"
+
+    passage_id: Mapped[int] = mapped_column(
+        Integer, ForeignKey("knowledge_chunks.id", ondelete="CASCADE"), primary_key=True)
+    model: Mapped[str] = mapped_column(String(200), primary_key=True)
+    vector: Mapped[bytes] = mapped_column(LargeBinary)
+
+
 class ApiFileRow(Base):
     """A file uploaded through the API's /v1/files (OpenAI's Files API), with its bytes: added to a vector store, it
     is read into that knowledge collection (app/storage/api_files.py)."""

@@ -156,7 +156,7 @@ def test_tool_choice_none_searches_nothing_and_file_search_can_be_forced(server)
     ([{**SEARCH, "vector_store_ids": ["vs_x"], "filters": {"type": "eq", "key": "a", "value": 1}}], None, 400,
      "no attribute filters"),
     ([{**SEARCH, "vector_store_ids": ["vs_x"], "ranking_options": {"hybrid_search": {
-        "embedding_weight": 1, "text_weight": 1}}}], None, 400, "full text"),
+        "embedding_weight": 1, "text_weight": 1}}}], None, 400, "fixed weights"),
     ([{**SEARCH, "vector_store_ids": ["vs_x"], "max_num_results": 51}], None, 400, "max_num_results"),
     ([{**SEARCH, "vector_store_ids": ["vs_x"]}, {**SEARCH, "vector_store_ids": ["vs_y"]}], None, 400,
      "one file_search tool"),

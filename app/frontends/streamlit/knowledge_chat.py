@@ -16,6 +16,7 @@ from app.domain.conversation import Attachment, Conversation
 from app.frontends.streamlit import persistence
 from app.frontends.streamlit.safe_markdown import safe_label, safe_markdown
 from app.knowledge.conversation import LongDocuments, add_passages
+from app.knowledge.retrieval import Retrieval
 from app.knowledge.tool import knowledge_tools
 from app.storage.errors import StorageError
 from app.storage.knowledge import Hit, KnowledgeStore
@@ -51,10 +52,10 @@ def passages_for_turn(conversation: Conversation) -> None:
     if owner is None:
         return
     try:
-        knowledge = store()
+        retrieval = Retrieval(store())
 
         def search(collections: Sequence[str], documents: Sequence[str], question: str, limit: int) -> list[Hit]:
-            return knowledge.search(owner, collections, question, limit, document_ids=documents)
+            return retrieval.search(owner, collections, question, limit, document_ids=documents)
 
         add_passages(conversation, search)
     except StorageError as exc:

@@ -17,8 +17,10 @@ from app.frontends.streamlit import persistence
 from app.frontends.streamlit.knowledge_chat import store
 from app.frontends.streamlit.safe_markdown import safe_label, safe_markdown
 from app.knowledge.conversation import CHAT_COLLECTION, scope_of
+from app.knowledge.embeddings import EmbeddingError
 from app.knowledge.ingest import add_file
 from app.knowledge.reading import READABLE_TYPES
+from app.knowledge.retrieval import Retrieval
 from app.storage.errors import StorageError
 from app.storage.knowledge import Collection, KnowledgeRefused
 from app.tools.documents import DocumentError
@@ -108,7 +110,7 @@ def _collection_body(owner: str, collection: Collection) -> None:
             st.caption("No documents in it yet.")
         query = st.text_input("Try a search", key="knowledge.try", placeholder="A question, as you would ask it")
         if query.strip():
-            hits = store().search(owner, [collection.id], query, limit=5)
+            hits = Retrieval(store()).search(owner, [collection.id], query, limit=5)
             if not hits:
                 st.caption("Nothing in this collection matches those words.")
             for number, hit in enumerate(hits, 1):
@@ -125,6 +127,7 @@ def _add(owner: str, collection: Collection, uploads: list[UploadedFile]) -> Non
     """Each file read with its progress shown; then the page runs again with the collection's new figures, saying
     what was added and, for each file that was not, why."""
     added, refused = 0, []
+    by_words_only = ""  # why search by meaning could not be prepared, if it could not
     for upload in uploads:
         with st.status(safe_label(f"Reading {upload.name}"), expanded=False) as status:
             def say(said: str, status: StatusContainer = status) -> None:
@@ -137,9 +140,14 @@ def _add(owner: str, collection: Collection, uploads: list[UploadedFile]) -> Non
                 refused.append(f"{upload.name}: {exc}")
                 continue
             added += 1
+            try:  # where an embedding model is configured: now, with its progress, rather than at the first search
+                Retrieval(store()).embed_missing(owner, [collection.id], progress=say)
+            except (EmbeddingError, StorageError) as exc:
+                by_words_only = str(exc)
             status.update(label=safe_label(f"{upload.name}: added"), state="complete")
     if added:
-        st.session_state[_NOTICE] = f"Added {added} document{'s' if added != 1 else ''} to **{collection.name}**."
+        st.session_state[_NOTICE] = f"Added {added} document{'s' if added != 1 else ''} to **{collection.name}**." + (
+            f" They are searched by their words only for now: {by_words_only}" if by_words_only else "")
     if refused:
         st.session_state[_REFUSED] = "Not added: " + "; ".join(refused)
     st.session_state[_ROUND] = st.session_state.get(_ROUND, 0) + 1  # a fresh uploader, without these files

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.frontends.api.api_errors import documented_errors
 from app.frontends.api.chat_completions.chat_protocol import APIError
 from app.frontends.api.lazy_open import LazyOpen
-from app.knowledge.embeddings import Embedder, EmbeddingError, embedder_from_env
+from app.knowledge.embeddings import Embedder, EmbeddingError, configured_embedder
 
 MAX_INPUTS = 2048  # as OpenAI's API
 
@@ -59,7 +59,7 @@ class EmbeddingsEndpoint:
     """/v1/embeddings over `open_embedder()` (None: the server has no embedding model)."""
 
     def __init__(self, open_embedder: Callable[[], Embedder | None] | None = None) -> None:
-        self._embedder = LazyOpen(open_embedder or embedder_from_env, _unavailable, (EmbeddingError,))
+        self._embedder = LazyOpen(open_embedder or configured_embedder, _unavailable, (EmbeddingError,))
 
     def register(self, app: FastAPI) -> None:
         app.post("/v1/embeddings", response_model=EmbeddingList,

@@ -86,7 +86,8 @@ def file_search(tools: list[dict[str, Any]] | None, tool_choice: Any, include: l
                        param=f"{where}.filters")
     ranking = tool.ranking_options
     if ranking is not None and ranking.hybrid_search is not None:
-        raise APIError(400, "file_search ranks by full text here (no embedding model): leave out hybrid_search.",
+        raise APIError(400, "file_search fuses its rankings with fixed weights here (reciprocal rank): leave out "
+                            "hybrid_search.",
                        param=f"{where}.ranking_options.hybrid_search")
     if tool_choice == "none":
         return None
