@@ -13,9 +13,11 @@ not the book's, each with the verses that answer it and a pattern the answer mus
   the Chat page asks it, or from the first 12,000 characters, with its sampling defaults and a fixed seed; right
   when its answer matches the pattern;
 - ingestion: seconds per 100 pages (read, cut into passages, stored);
-- query latency with the document in three collections (over 10,000 passages), searched together.
+- query latency with the document in three collections (over 10,000 passages), searched together;
+- with --embedding-model (a sentence-embedding model's folder): recall@5 and @1 of the search by words and meaning
+  fused, the time to embed the passages, and that search's latency.
 
-    .venv/bin/python -m bench.retrieval [--postgres] [--no-answers] [--model PATH] [--runs 5]
+    .venv/bin/python -m bench.retrieval [--postgres] [--no-answers] [--model PATH] [--embedding-model PATH] [--runs 5]
 """
 
 from __future__ import annotations
@@ -41,7 +43,9 @@ from app.clients.client_protocol import Client, GenerationParams
 from app.config import DocumentSettings, KnowledgeSettings
 from app.domain.conversation import Attachment, Conversation, Message
 from app.knowledge.conversation import add_passages
+from app.knowledge.embeddings import Embedder, LocalEmbedder
 from app.knowledge.ingest import add_file
+from app.knowledge.retrieval import Retrieval
 from app.storage import open_database
 from app.storage.knowledge import KnowledgeStore
 from app.tools.documents import read_document
@@ -191,6 +195,11 @@ class Run:
     right: int = 0
     not_found: list[str] = field(default_factory=list)
     misses: list[str] = field(default_factory=list)
+    # With --embedding-model: the same search by words and by meaning, fused (app/knowledge/retrieval.py)
+    hybrid_at_5: int = 0
+    hybrid_at_1: int = 0
+    embed_s: float = 0.0  # giving the one copy's passages their vectors
+    latency_hybrid_ms: list[float] = field(default_factory=list)
 
 
 @contextmanager
@@ -205,7 +214,8 @@ def database(postgres: bool) -> Iterator[str]:
             yield f"sqlite:///{Path(folder) / 'knowledge.db'}"
 
 
-def measure(name: str, url: str, book: Book, runs: int, client: Client | None, params: GenerationParams) -> Run:
+def measure(name: str, url: str, book: Book, runs: int, client: Client | None, params: GenerationParams,
+            embedder: Embedder | None = None) -> Run:
     run = Run(name)
     engine = open_database(url)
     store = KnowledgeStore(engine)
@@ -233,6 +243,19 @@ def measure(name: str, url: str, book: Book, runs: int, client: Client | None, p
             for question in QUESTIONS:
                 run.latency_one_ms.append(timed_ms(lambda q=question.text: store.search(OWNER, one, q, 5)))
                 run.latency_all_ms.append(timed_ms(lambda q=question.text: store.search(OWNER, every, q, 5)))
+        if embedder is not None:
+            retrieval = Retrieval(store, lambda: embedder)
+            started = time.perf_counter()
+            retrieval.embed_missing(OWNER, one)
+            run.embed_s = time.perf_counter() - started
+            for question in QUESTIONS:
+                hits = retrieval.search(OWNER, one, question.text, 5)
+                pages = answering_pages(book, question)
+                run.hybrid_at_5 += any(page_of(hit.location) in pages for hit in hits)
+                run.hybrid_at_1 += bool(hits) and page_of(hits[0].location) in pages
+            for _ in range(runs):
+                for question in QUESTIONS:
+                    run.latency_hybrid_ms.append(timed_ms(lambda q=question.text: retrieval.search(OWNER, one, q, 5)))
         if client is not None:
             for question in QUESTIONS:
                 conversation = Conversation()
@@ -298,7 +321,10 @@ def main() -> None:
     parser.add_argument("--model", default="", help="model folder for the answers (default: the embedded SmolLM2)")
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--runs", type=int, default=5, help="timed searches per question")
+    parser.add_argument("--embedding-model", default="",
+                        help="a sentence-embedding model's folder: also measure search by words and meaning, fused")
     args = parser.parse_args()
+    embedder = LocalEmbedder(args.embedding_model) if args.embedding_model else None
 
     started = time.perf_counter()
     book = typeset(kjv_lines())
@@ -317,7 +343,7 @@ def main() -> None:
     runs = []
     for name, postgres in [("SQLite", False)] + [("PostgreSQL", True)] * args.postgres:
         with database(postgres) as url:
-            runs.append(measure(name, url, book, args.runs, client, params))
+            runs.append(measure(name, url, book, args.runs, client, params, embedder))
         print(f"{name}: measured", flush=True)
 
     count = len(QUESTIONS)
@@ -342,7 +368,16 @@ def main() -> None:
     row(f"search latency, {runs[0].all_passages:,} passages: median / p95",
         [f"{statistics.median(run.latency_all_ms):.1f} / {percentile(run.latency_all_ms, 0.95):.1f} ms"
          for run in runs])
-    row("hybrid (embeddings) recall@5", ["not built yet" for _ in runs])
+    if embedder is None:
+        row("hybrid (embeddings) recall@5", ["no model: --embedding-model" for _ in runs])
+    else:
+        print(f"\nsearch by words and meaning, fused, with {embedder.name}:")
+        row("hybrid recall@5", [f"{run.hybrid_at_5}/{count} ({run.hybrid_at_5 / count:.0%})" for run in runs])
+        row("hybrid recall@1", [f"{run.hybrid_at_1}/{count} ({run.hybrid_at_1 / count:.0%})" for run in runs])
+        row("embedding, seconds per 100 pages", [f"{run.embed_s / book.pages * 100:.2f} s" for run in runs])
+        row("hybrid search latency, one copy: median / p95",
+            [f"{statistics.median(run.latency_hybrid_ms):.1f} / {percentile(run.latency_hybrid_ms, 0.95):.1f} ms"
+             for run in runs])
     for run in runs:
         for title, lines in (("not in the 5 passages found", run.not_found), ("wrong answers", run.misses)):
             if lines:

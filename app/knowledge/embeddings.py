@@ -9,19 +9,27 @@ a remote one is a URL the user gave. UI-agnostic: the API server's /v1/embedding
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+log = logging.getLogger(__name__)
 Kind = Literal["query", "document"]  # a question searched for, or a passage searched in (some models tell them apart)
 _BATCH = 32
 
 
 class EmbeddingError(RuntimeError):
-    """An embedding model that cannot be loaded or reached, or a text it cannot take; the message says why."""
+    """An embedding model that cannot be loaded or reached, or that failed; the message says why (and names no
+    path of the server's)."""
+
+
+class EmbeddingRefused(EmbeddingError):
+    """A remote embedding server refused these texts (a 4xx): the texts' fault, not the server's."""
 
 
 @dataclass(frozen=True)
@@ -35,52 +43,67 @@ class Embedder(Protocol):
 
     def embed(self, texts: Sequence[str], kind: Kind = "document") -> Embedded: ...
 
-    def token_counts(self, texts: Sequence[str]) -> list[int]: ...
+    def token_counts(self, texts: Sequence[str]) -> list[int] | None: ...
 
     @property
-    def max_tokens(self) -> int: ...  # the longest text it reads whole
+    def max_tokens(self) -> int | None: ...  # the longest text it reads whole; None: the server says
+
+    @property
+    def dimensions(self) -> int | None: ...  # its vectors' size; None: known after the first answer
 
 
 class LocalEmbedder:
-    """A sentence-embedding model in a local folder, on the CPU (or `device`). One batch at a time: torch already
-    uses every core for one, and a second would only double the memory."""
+    """A sentence-embedding model in a local folder, on the CPU (or `device`). One batch at a time, tokenizer and
+    model under one lock (sentence-transformers sets the shared tokenizer's truncation while it encodes): torch
+    already uses every core for one batch, and a second would only double the memory."""
 
     def __init__(self, folder: str | Path, device: str = "cpu", name: str | None = None) -> None:
         from sentence_transformers import SentenceTransformer
 
         path = Path(folder).expanduser()
+        self.name = name or path.name
         if not path.is_dir():
-            raise EmbeddingError(f"No embedding model folder at {path}: give the folder of a sentence-embedding model "
-                                 "(for example one fetched on the Models page).")
+            raise EmbeddingError(f"No embedding model folder named {self.name!r}: give the folder of a "
+                                 "sentence-embedding model (for example one fetched on the Models page).")
         try:
             self._model = SentenceTransformer(str(path), device=device, local_files_only=True,
                                               trust_remote_code=False)
-        except (OSError, ValueError, KeyError) as exc:
-            raise EmbeddingError(f"{path} could not be loaded as a sentence-embedding model: {exc}") from exc
-        self.name = name or path.name
-        self._lock = threading.Lock()
+        except Exception as exc:  # a damaged or foreign folder fails in many ways, all of them "not loadable"
+            log.warning("Loading the embedding model at %s failed", path, exc_info=True)
+            raise EmbeddingError(f"{self.name} could not be loaded as a sentence-embedding model "
+                                 f"({type(exc).__name__}); the server's log has the details.") from exc
+        self._lock = threading.RLock()
 
     @property
-    def dimensions(self) -> int:
-        return int(self._model.get_embedding_dimension() or 0)
+    def dimensions(self) -> int | None:
+        return int(self._model.get_embedding_dimension() or 0) or None
 
     @property
     def max_tokens(self) -> int:
         return int(self._model.max_seq_length or 512)  # None: a model that names no limit
 
     def token_counts(self, texts: Sequence[str]) -> list[int]:
-        """How many tokens the model reads of each text, before it cuts any to max_tokens."""
-        tokenizer = self._model.tokenizer
-        return [len(ids) for ids in tokenizer(list(texts), add_special_tokens=True, truncation=False)["input_ids"]]
+        """How many tokens the model reads of each text, special tokens included; one past max_tokens means "too
+        long" (counting stops there, so a huge text costs no more than a long one)."""
+        with self._lock:
+            tokenizer = self._model.tokenizer
+            encoded = tokenizer(list(texts), add_special_tokens=True, truncation=True,
+                                max_length=self.max_tokens + 1, return_attention_mask=False,
+                                return_token_type_ids=False)
+            return [len(ids) for ids in encoded["input_ids"]]
 
     def embed(self, texts: Sequence[str], kind: Kind = "document") -> Embedded:
         if not texts:
             return Embedded([], 0)
         with self._lock:
-            encode = self._model.encode_query if kind == "query" else self._model.encode_document
-            vectors = encode(list(texts), batch_size=_BATCH, normalize_embeddings=True, convert_to_numpy=True,
-                             show_progress_bar=False)
-        tokens = sum(min(count, self.max_tokens) for count in self.token_counts(texts))
+            try:
+                encode = self._model.encode_query if kind == "query" else self._model.encode_document
+                vectors = encode(list(texts), batch_size=_BATCH, normalize_embeddings=True, convert_to_numpy=True,
+                                 show_progress_bar=False)
+                tokens = sum(min(count, self.max_tokens) for count in self.token_counts(texts))
+            except Exception as exc:  # the engine's failure is this request's, never the process's
+                log.warning("Embedding %d texts failed", len(texts), exc_info=True)
+                raise EmbeddingError(f"{self.name} failed to embed the texts ({type(exc).__name__}).") from exc
         return Embedded([[float(value) for value in row] for row in vectors], tokens)
 
 
@@ -88,20 +111,23 @@ class RemoteEmbedder:
     """A model behind an OpenAI-compatible /v1/embeddings (OpenAI, vLLM, llama-server, Ollama, this app's own API
     server), through the openai SDK. Its vectors are normalized here: not every server does."""
 
-    def __init__(self, base_url: str, model: str, api_key: str | None = None, timeout_s: float = 60.0,
-                 max_tokens: int = 8192) -> None:
+    def __init__(self, base_url: str, model: str, api_key: str | None = None, timeout_s: float = 60.0) -> None:
         import openai
 
         self._client = openai.OpenAI(base_url=base_url, api_key=api_key or "none", timeout=timeout_s, max_retries=1)
         self.name = model
-        self._max_tokens = max_tokens
+        self._dimensions: int | None = None
 
     @property
-    def max_tokens(self) -> int:
-        return self._max_tokens
+    def max_tokens(self) -> None:
+        return None  # the server's own limit: it refuses what is too long
 
-    def token_counts(self, texts: Sequence[str]) -> list[int]:
-        return [max(1, len(text) // 4) for text in texts]  # a server's tokenizer is its own: an estimate
+    @property
+    def dimensions(self) -> int | None:
+        return self._dimensions
+
+    def token_counts(self, texts: Sequence[str]) -> None:
+        return None  # the server's tokenizer is its own
 
     def embed(self, texts: Sequence[str], kind: Kind = "document") -> Embedded:
         import openai
@@ -112,13 +138,25 @@ class RemoteEmbedder:
             batch = list(texts[start:start + _BATCH])
             try:
                 answer = self._client.embeddings.create(model=self.name, input=batch, encoding_format="float")
+                ordered = sorted(answer.data, key=lambda item: int(item.index))
+                got = [unit([float(value) for value in item.embedding]) for item in ordered]
+                used = int(answer.usage.prompt_tokens) if answer.usage and answer.usage.prompt_tokens else 0
+            except openai.APIStatusError as exc:
+                if 400 <= exc.status_code < 500 and exc.status_code not in (401, 403, 404, 429):
+                    raise EmbeddingRefused(f"The embedding server refused the texts: {exc.message}") from exc
+                raise EmbeddingError(f"The embedding server answered {exc.status_code}: {exc.message}") from exc
             except openai.OpenAIError as exc:
-                raise EmbeddingError(f"The embedding server refused or could not be reached: {exc}") from exc
-            ordered = sorted(answer.data, key=lambda item: item.index)
-            if len(ordered) != len(batch):
-                raise EmbeddingError(f"The embedding server gave {len(ordered)} vectors for {len(batch)} texts.")
-            vectors += [unit(item.embedding) for item in ordered]
-            tokens += answer.usage.prompt_tokens if answer.usage else 0
+                raise EmbeddingError(f"The embedding server could not be reached: {exc}") from exc
+            except (TypeError, ValueError, AttributeError, KeyError) as exc:
+                raise EmbeddingError(f"The embedding server's answer is not OpenAI's embeddings shape: {exc}") \
+                    from exc
+            if len(got) != len(batch) or len({len(vector) for vector in got}) > 1:
+                raise EmbeddingError(f"The embedding server gave {len(got)} vectors for {len(batch)} texts, or "
+                                     "vectors of different sizes.")
+            vectors += got
+            tokens += used
+        if vectors:
+            self._dimensions = len(vectors[0])
         return Embedded(vectors, tokens)
 
 
@@ -139,8 +177,23 @@ def configured_embedder() -> Embedder | None:
 _SETTINGS = ("DEMO_EMBEDDING_MODEL", "DEMO_EMBEDDING_URL", "DEMO_EMBEDDING_API_KEY")
 
 
-@functools.lru_cache(maxsize=2)
+_RETRY_AFTER_S = 30.0  # a model that failed to load is tried again after this, not at every search
+_failed: dict[tuple[str, ...], tuple[float, EmbeddingError]] = {}  # per setting: when, and why
+
+
 def _loaded(settings: tuple[str, ...]) -> Embedder | None:
+    failed = _failed.get(settings)
+    if failed is not None and time.monotonic() - failed[0] < _RETRY_AFTER_S:
+        raise failed[1]
+    try:
+        return _load(settings)
+    except EmbeddingError as exc:
+        _failed[settings] = (time.monotonic(), exc)
+        raise
+
+
+@functools.lru_cache(maxsize=2)
+def _load(settings: tuple[str, ...]) -> Embedder | None:
     return embedder_from_env(dict(zip(_SETTINGS, settings, strict=True)))
 
 
