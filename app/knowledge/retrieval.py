@@ -48,8 +48,9 @@ class Retrieval:
     embedder: Callable[[], Embedder | None] = field(default=configured_embedder)
 
     def search(self, owner: str, collection_ids: Sequence[str], query: str, limit: int = 5,
-               document_ids: Sequence[str] = ()) -> list[Hit]:
-        """The best passages for `query` in the owner's collections (and single documents), best first."""
+               document_ids: Sequence[str] = (), progress: Callable[[str], None] | None = None) -> list[Hit]:
+        """The best passages for `query` in the owner's collections (and single documents), best first.
+        `progress` hears how the embedding of passages not embedded yet goes (only when there are some)."""
         limit = max(1, min(int(limit), 50))
         if not query.strip() or not (collection_ids or document_ids):
             return []
@@ -59,7 +60,7 @@ class Retrieval:
         if embedder is None:
             return by_words[:limit]
         try:
-            self.embed_missing(owner, collection_ids, document_ids, embedder=embedder)
+            self.embed_missing(owner, collection_ids, document_ids, progress, embedder)
             wanted = embedder.embed([query], "query").vectors[0]
         except EmbeddingError as exc:
             log.warning("Searching by meaning failed, by words only: %s", exc)

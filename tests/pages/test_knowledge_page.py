@@ -67,3 +67,27 @@ def test_a_collection_chosen_on_the_chat_page_answers_with_sources(monkeypatch, 
         assert "Schooner Marigold" in question.prompt_text().replace("schooner", "Schooner")
         at.multiselect(key=CHOSEN).set_value([]).run()  # un-chosen: the conversation still says what it searches
         assert "This conversation searches **Local history**" in _text(at)
+
+
+@pytest.fixture(scope="module")
+def tiny_embedder(tmp_path_factory):
+    from tests.tiny_model import build_tiny_embedder
+
+    return build_tiny_embedder(tmp_path_factory.mktemp("minilm"))
+
+
+def test_with_an_embedding_model_a_question_in_other_words_still_finds_its_passage(monkeypatch, tiny_model_dir,
+                                                                                  knowledge, tiny_embedder):
+    monkeypatch.setenv("DEMO_EMBEDDING_MODEL", str(tiny_embedder))
+    collection = knowledge.create_collection("local", "Local history")
+    add_file(knowledge, "local", collection.id, "notes.md", "\n\n".join(
+        [FACTS[37][0], "The mill burned down in 1902.", "Sheep were sold at the fair."]).encode())
+    question = "Zyzzyva quokka?"  # no word of it is in the notes: full text alone finds nothing
+    assert knowledge.search("local", [collection.id], question, 5) == []
+    with open_app(monkeypatch, tiny_model_dir, page=CHAT_PAGE, max_new_tokens=8) as at:
+        at.multiselect(key=CHOSEN).set_value([collection.id]).run()
+        at.chat_input[0].set_value(question).run()
+        assert not at.exception
+        asked = at.session_state["conversation/chat"].messages[0]
+        assert [attachment.kind for attachment in asked.attachments] == ["document", "passages"]
+        assert knowledge.unembedded("local", tiny_embedder.name, [collection.id]) == []  # all embedded, kept

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import streamlit as st
+from streamlit.elements.lib.mutable_status_container import StatusContainer
 
 from app.agent.attachments import DocumentReader
 from app.domain.conversation import Attachment, Conversation
@@ -53,11 +54,20 @@ def passages_for_turn(conversation: Conversation) -> None:
         return
     try:
         retrieval = Retrieval(store())
+        shown: list[StatusContainer] = []  # a status line, only while passages are being embedded
+
+        def say(text: str) -> None:
+            if shown:
+                shown[0].update(label=safe_label(text))
+            else:
+                shown.append(st.status(safe_label(text), expanded=False))
 
         def search(collections: Sequence[str], documents: Sequence[str], question: str, limit: int) -> list[Hit]:
-            return retrieval.search(owner, collections, question, limit, document_ids=documents)
+            return retrieval.search(owner, collections, question, limit, document_ids=documents, progress=say)
 
         add_passages(conversation, search)
+        if shown:
+            shown[0].update(label="Passages embedded for search by meaning", state="complete")
     except StorageError as exc:
         st.warning(safe_markdown(f"Your documents could not be searched for this question ({exc}); the answer "
                                  "is written without them."), icon=":material/database:")
