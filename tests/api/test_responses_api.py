@@ -103,8 +103,8 @@ def test_a_client_that_leaves_mid_stream_cancels_its_generation(api):
     cancelled = _metric(api, "demo_chat_completions_total", finish_reason="cancelled")
     body = {"model": MODEL, "stream": True, "max_output_tokens": 400, "temperature": 0,
             "input": "Write a long story about a lighthouse."}
-    with httpx.stream("POST", f"{api}/v1/responses", json=body,
-                      headers={"Authorization": "Bearer secret-key"}) as response:
+    with httpx.stream("POST", f"{api}/v1/responses", json=body, headers={"Authorization": "Bearer secret-key"},
+                      timeout=60) as response:  # httpx's 5 s default: CI's loaded machine took longer to start
         lines = response.iter_lines()
         assert next(line for line in lines if "response.output_text.delta" in line)
     deadline = time.monotonic() + 3
