@@ -172,6 +172,7 @@ class KnowledgeSettings:
     max_documents: int = 1000  # per user
     max_passages: int = 200_000  # per user
     max_mb: int = 1000  # per user, the files as uploaded
+    min_similarity: float = 0.3  # search by meaning: the least cosine similarity of a passage to the question
 
     @classmethod
     def from_env(cls) -> KnowledgeSettings:
@@ -185,6 +186,7 @@ class KnowledgeSettings:
             max_documents=_int("DEMO_KNOWLEDGE_MAX_DOCUMENTS", cls.max_documents),
             max_passages=_int("DEMO_KNOWLEDGE_MAX_PASSAGES", cls.max_passages),
             max_mb=_int("DEMO_KNOWLEDGE_MAX_MB", cls.max_mb),
+            min_similarity=_float("DEMO_EMBEDDING_MIN_SIMILARITY", cls.min_similarity),
         )
 
 

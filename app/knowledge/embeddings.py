@@ -9,6 +9,7 @@ a remote one is a URL the user gave. UI-agnostic: the API server's /v1/embedding
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import math
 import threading
@@ -40,6 +41,7 @@ class Embedded:
 
 class Embedder(Protocol):
     name: str  # the model's name, as /v1/embeddings serves it
+    key: str  # which model this is, for the vectors stored by it: its name and a fingerprint of what it is
 
     def embed(self, texts: Sequence[str], kind: Kind = "document") -> Embedded: ...
 
@@ -73,6 +75,7 @@ class LocalEmbedder:
             raise EmbeddingError(f"{self.name} could not be loaded as a sentence-embedding model "
                                  f"({type(exc).__name__}); the server's log has the details.") from exc
         self._lock = threading.RLock()
+        self.key = f"{self.name[:150]}@{_fingerprint(path)}"
 
     @property
     def dimensions(self) -> int | None:
@@ -111,12 +114,14 @@ class RemoteEmbedder:
     """A model behind an OpenAI-compatible /v1/embeddings (OpenAI, vLLM, llama-server, Ollama, this app's own API
     server), through the openai SDK. Its vectors are normalized here: not every server does."""
 
-    def __init__(self, base_url: str, model: str, api_key: str | None = None, timeout_s: float = 60.0) -> None:
+    def __init__(self, base_url: str, model: str, api_key: str | None = None, timeout_s: float = 20.0) -> None:
         import openai
 
-        self._client = openai.OpenAI(base_url=base_url, api_key=api_key or "none", timeout=timeout_s, max_retries=1)
+        self._client = openai.OpenAI(base_url=base_url, api_key=api_key or "none", timeout=timeout_s, max_retries=0)
         self.name = model
+        self.key = f"{model[:150]}@{hashlib.sha256(base_url.encode()).hexdigest()[:12]}"
         self._dimensions: int | None = None
+        self._down: tuple[float, EmbeddingError] | None = None  # when the server last failed, and how
 
     @property
     def max_tokens(self) -> None:
@@ -130,6 +135,21 @@ class RemoteEmbedder:
         return None  # the server's tokenizer is its own
 
     def embed(self, texts: Sequence[str], kind: Kind = "document") -> Embedded:
+
+        down = self._down
+        if down is not None and time.monotonic() - down[0] < _RETRY_AFTER_S:
+            raise down[1]  # a server that just failed is not waited for again at every search
+        try:
+            embedded = self._embed(texts)
+        except EmbeddingRefused:
+            raise
+        except EmbeddingError as exc:
+            self._down = (time.monotonic(), exc)
+            raise
+        self._down = None
+        return embedded
+
+    def _embed(self, texts: Sequence[str]) -> Embedded:
         import openai
 
         vectors: list[list[float]] = []
@@ -192,9 +212,28 @@ def _loaded(settings: tuple[str, ...]) -> Embedder | None:
         raise
 
 
-@functools.lru_cache(maxsize=2)
+_loading = threading.Lock()  # one load at a time: two first searches at once load the model once
+
+
 def _load(settings: tuple[str, ...]) -> Embedder | None:
+    with _loading:
+        return _load_once(settings)
+
+
+@functools.lru_cache(maxsize=2)
+def _load_once(settings: tuple[str, ...]) -> Embedder | None:
     return embedder_from_env(dict(zip(_SETTINGS, settings, strict=True)))
+
+
+def _fingerprint(folder: Path) -> str:
+    """Tells two models with the same name apart: their configuration and the size of their weights."""
+    digest = hashlib.sha256()
+    for path in sorted(folder.iterdir()):
+        if path.is_file() and path.suffix in (".json", ".safetensors", ".bin"):
+            digest.update(path.name.encode())
+            digest.update(path.read_bytes() if path.suffix == ".json" and path.stat().st_size < 2**20
+                          else str(path.stat().st_size).encode())
+    return digest.hexdigest()[:12]
 
 
 def embedder_from_env(environ: Any = None) -> Embedder | None:

@@ -284,6 +284,16 @@ class KnowledgeStore(EngineStore):
                 _in_scope(owner, collection_ids, document_ids), ~embedded).order_by(K.id).limit(limit)).all()
         return [(int(row[0]), row[1]) for row in rows]
 
+    def unembedded_count(self, owner: str, model: str, collection_ids: Sequence[str],
+                         document_ids: Sequence[str] = ()) -> int:
+        """How many passages in scope have no vector by `model` yet."""
+        if not (collection_ids or document_ids):
+            return 0
+        embedded = select(V.passage_id).where(V.passage_id == K.id, V.model == model).exists()
+        with self._reading() as session:
+            return int(session.scalar(select(func.count()).select_from(K).join(D, D.id == K.document_id).where(
+                _in_scope(owner, collection_ids, document_ids), ~embedded)) or 0)
+
     def add_vectors(self, model: str, vectors: Sequence[tuple[int, bytes]]) -> int:
         """Stores passages' vectors by `model` (float32, little-endian); a passage deleted meanwhile, or whose
         vector another process stored first, is skipped. How many were stored."""

@@ -90,4 +90,7 @@ def test_with_an_embedding_model_a_question_in_other_words_still_finds_its_passa
         assert not at.exception
         asked = at.session_state["conversation/chat"].messages[0]
         assert [attachment.kind for attachment in asked.attachments] == ["document", "passages"]
-        assert knowledge.unembedded("local", tiny_embedder.name, [collection.id]) == []  # all embedded, kept
+        from app.knowledge.embeddings import configured_embedder
+
+        model = configured_embedder()
+        assert model is not None and knowledge.unembedded("local", model.key, [collection.id]) == []  # all kept

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import pytest
 from sqlalchemy import func, select
 
-from app.knowledge.embeddings import Embedded, EmbeddingError, Kind, LocalEmbedder
+from app.knowledge.embeddings import Embedded, EmbeddingError, EmbeddingRefused, Kind, LocalEmbedder
 from app.knowledge.retrieval import RRF_K, Retrieval, fuse
 from app.knowledge.vector_stores import VectorStores
 from app.storage.api_files import ApiFileStore
@@ -27,15 +27,19 @@ class Counting:
     """An embedder that counts the texts it was given (and can be made to fail)."""
 
     def __init__(self, inner: LocalEmbedder, name: str = "tiny-minilm") -> None:
-        self.inner, self.name, self.documents, self.queries, self.failing = inner, name, 0, 0, False
-        self.max_tokens = inner.max_tokens
+        self.inner, self.name, self.key, self.documents, self.queries = inner, name, name, 0, 0
+        self.failing: type[EmbeddingError] | None = None
+        self.refused: set[str] = set()  # texts the model refuses, alone or in a batch
+        self.max_tokens, self.dimensions = inner.max_tokens, inner.dimensions
 
     def token_counts(self, texts: Sequence[str]) -> list[int]:
         return self.inner.token_counts(texts)
 
     def embed(self, texts: Sequence[str], kind: Kind = "document") -> Embedded:
-        if self.failing:
-            raise EmbeddingError("the model server went away")
+        if self.failing is not None:
+            raise self.failing("the model server went away")
+        if self.refused & set(texts):
+            raise EmbeddingRefused("too long for this server's batch")
         if kind == "document":
             self.documents += len(texts)
         else:
@@ -121,7 +125,7 @@ def test_a_new_passage_or_a_new_model_is_embedded_at_the_next_search(engine, tin
 def test_a_model_that_fails_leaves_the_search_to_its_words(engine, tiny):
     store, collection, _ = filled(engine, count=8)
     model = Counting(tiny)
-    model.failing = True
+    model.failing = EmbeddingError
     words = store.search("alice", [collection], "granite bridge", 5)
     assert Retrieval(store, lambda: model).search("alice", [collection], "granite bridge", 5) == words[:5]
 
@@ -135,3 +139,48 @@ def test_the_api_s_vector_store_search_finds_by_meaning_too(engine, tiny):
     stores = VectorStores(store, ApiFileStore(engine), embedder=lambda: tiny)
     found = stores.search("alice", [collection], "zyzzyva quokka", 3)
     assert len(found) == 3 and found[0].score == 1.0 and found[0].file_id.startswith("document-")
+
+
+def test_a_passage_the_model_refuses_is_found_by_its_words_and_the_rest_by_meaning(engine, tiny):
+    """Before: the batch holding it was sent again at every search, and nothing in scope was ever embedded."""
+    store, collection, _ = filled(engine, count=20)
+    model = Counting(tiny)
+    model.refused = {FACTS[2]}
+    retrieval = Retrieval(store, lambda: model)
+    retrieval.search("alice", [collection], "zyzzyva quokka", 5)
+    assert vectors(engine) == 20 and store.unembedded("alice", "tiny-minilm", [collection]) == []
+    sent = model.documents
+    found = retrieval.search("alice", [collection], "How many kinds of pear grew in the orchard?", 5)
+    assert model.documents == sent and FACTS[2] in [h.text for h in found[:2]]  # not sent again; found by words
+
+
+def test_a_database_that_fails_while_embedding_leaves_the_words_ranking(engine, tiny):
+    from app.storage.errors import StorageError
+
+    store, collection, _ = filled(engine, count=8)
+    words = store.search("alice", [collection], "granite bridge", 5)
+
+    class Locked(KnowledgeStore):
+        def add_vectors(self, model, vectors):
+            raise StorageError("database is locked")
+    locked = Locked(engine)
+    assert Retrieval(locked, lambda: Counting(tiny)).search("alice", [collection], "granite bridge", 5) == words
+
+
+def test_a_long_backlog_is_embedded_within_each_search_s_budget(engine, tiny):
+    store, collection, _ = filled(engine, count=600)
+    model = Counting(tiny)
+    retrieval = Retrieval(store, lambda: model)
+    said: list[str] = []
+    retrieval.search("alice", [collection], "lighthouse keeper", 5, progress=said.append, budget_s=0.0)
+    assert model.documents == 0 and vectors(engine) == 0  # no time given: words and what has vectors
+    retrieval.search("alice", [collection], "lighthouse keeper", 5, progress=said.append)
+    assert vectors(engine) == 600 and said[-1] == "Embedding passages for search by meaning: 512 of 600"
+
+
+def test_unrelated_questions_bring_no_passages_by_meaning(engine, tiny):
+    store, collection, _ = filled(engine, count=8)
+    strict = Retrieval(store, lambda: Counting(tiny), min_similarity=1.01)  # nothing is that close
+    assert strict.search("alice", [collection], "zyzzyva quokka", 5) == []
+    assert [h.passage_id for h in strict.search("alice", [collection], "granite bridge", 5)] == [
+        h.passage_id for h in store.search("alice", [collection], "granite bridge", 5)]
