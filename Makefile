@@ -110,14 +110,15 @@ mcp:
 # Every prompt of a JSONL file sent to several targets at once: a report of answers, figures and tool calls in
 # REPORT.json and REPORT.csv (python -m app.compare --help). PROMPTS and TARGETS default to the examples in
 # examples/compare/ (TARGETS= : the app's model at its defaults and at another temperature), REPORT to
-# compare-report; APPROVE="count_words" lets tools that ask first run. Offline, as the app: nothing is downloaded
-# unless DEMO_ALLOW_DOWNLOADS=1.
+# compare-report; APPROVE="count_words" lets tools that ask first run; COLLECTION="Local history" answers every
+# prompt from that knowledge collection (the same passages for every target). Offline, as the app: nothing is
+# downloaded unless DEMO_ALLOW_DOWNLOADS=1.
 PROMPTS ?= examples/compare/prompts.jsonl
 TARGETS ?= examples/compare/targets.json
 REPORT ?= compare-report
 compare: setup
 	@$(PY) -m app.compare --prompts $(PROMPTS) $(if $(TARGETS),--targets $(TARGETS)) --out $(REPORT) \
-	  $(foreach tool,$(APPROVE),--approve $(tool))
+	  $(foreach tool,$(APPROVE),--approve $(tool)) $(if $(COLLECTION),--collection "$(COLLECTION)")
 
 # The Python tool runs its code inside bubblewrap (Linux; slirp4netns when it may use the network): install
 # Debian's packages when we can (root, or passwordless sudo). Without bubblewrap the app says how to install it

@@ -34,6 +34,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help=f"the report's path without suffix: writes OUT.json and OUT.csv (default {DEFAULT_OUT})")
     parser.add_argument("--approve", action="append", default=[], metavar="TOOL",
                         help="let this tool's calls run although its policy asks first (repeatable)")
+    parser.add_argument("--collection", action="append", default=[], metavar="NAME",
+                        help="answer from this knowledge collection of the app's database (repeatable): each prompt "
+                             "is searched once, and every target gets the same passages")
+    parser.add_argument("--owner", default="local",
+                        help="whose collections --collection names (default: local, the app without sign-in)")
     parser.add_argument("--max-rounds", type=int, default=4, help="model calls per turn with tools (default 4)")
     parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                         help="stop a prompt's answers still running after this long (default: no limit)")
@@ -47,7 +52,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the comparison; 0 when the report is written (answers that failed say so in it), 2 for unusable input,
-    130 when interrupted (the report then holds the prompts done)."""
+    1 when the collections could not be searched and 130 when interrupted (the report then holds the prompts
+    done)."""
     args = parse_args(argv)
     offline_by_default()  # before anything that could reach a model hub is imported
     from app.agent.loop import ToolSettings
@@ -57,6 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from app.compare.report import ReportRow, now, write_report
     from app.compare.targets import TargetsError, default_targets, load_targets
     from app.domain.conversation import Conversation, Message
+    from app.storage.errors import StorageError
     from app.tools import load_tools
     from app.tools.policy import RunPolicy, policy_for
 
@@ -73,6 +80,16 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     approved: dict[str, RunPolicy] = dict.fromkeys(args.approve, "auto")
+    knowledge = None
+    if args.collection:
+        from app.compare.knowledge import CollectionsError, PromptKnowledge
+        from app.storage import open_database
+
+        try:
+            knowledge = PromptKnowledge.open(open_database(), args.owner, args.collection)
+        except (CollectionsError, StorageError) as exc:
+            print(f"error: --collection: {exc}", file=sys.stderr)
+            return 2
 
     started, rows, status = now(), list[ReportRow](), 0
     pool = ClientPool()
@@ -84,15 +101,24 @@ def main(argv: Sequence[str] | None = None) -> int:
                 tools = ToolSettings(chosen, choice=spec.tool_choice, max_rounds=args.max_rounds,
                                      policies={tool.name: policy_for(tool, approved) for tool in chosen})
             conversation = Conversation([Message("user", spec.prompt)])
+            try:
+                sources = tuple(knowledge.add_to(conversation)) if knowledge is not None else ()
+            except StorageError as exc:  # not answered without the passages it was to be given: that is not the test
+                print(f"error: prompt {index + 1}: the collections could not be searched ({exc}); the report holds "
+                      "the prompts done", file=sys.stderr)
+                status = 1
+                break
             results = run_all(targets, conversation, pool.get, tools, timeout_s=args.timeout)
             for result in results:
-                rows.append(ReportRow(index, spec.id or str(index + 1), spec.prompt, result))
+                rows.append(ReportRow(index, spec.id or str(index + 1), spec.prompt, result, sources))
                 print(f"[{index + 1}/{len(prompts)}] {result.label}: {_summary(result)}", file=sys.stderr)
     except KeyboardInterrupt:
         print("interrupted: the report holds the prompts done", file=sys.stderr)
         status = 130
     finally:
         pool.close()
+        if knowledge is not None:
+            knowledge.store.engine.dispose()
     json_path, csv_path = write_report(args.out, targets, rows, started, complete=status == 0)
     print(f"wrote {json_path} and {csv_path}")
     return status

@@ -16,10 +16,12 @@ from typing import Any
 
 from app.compare.results import TargetResult
 from app.compare.targets import Target
+from app.domain.conversation import Source
 
 CSV_COLUMNS = ("prompt_index", "prompt_id", "prompt", "target", "answer", "error", "finish_reason", "stopped",
                "ttft_s", "tokens_per_second", "completion_tokens", "prompt_tokens", "cached_tokens", "generations",
-               "total_time_s", "tool_calls", "calls_parsed", "calls_schema_valid", "calls_ok", "tool_calls_json")
+               "total_time_s", "tool_calls", "calls_parsed", "calls_schema_valid", "calls_ok", "tool_calls_json",
+               "sources")
 
 
 @dataclass(frozen=True)
@@ -28,10 +30,14 @@ class ReportRow:
     prompt_id: str
     prompt: str
     result: TargetResult
+    sources: tuple[Source, ...] = ()  # the passages every target was given for this prompt (--collection)
 
     def to_json(self) -> dict[str, Any]:
+        cited = {"sources": [{"number": source.number, "document": source.document, "location": source.location,
+                              "passage_id": source.passage_id} for source in self.sources]} if self.sources else {}
         return {"prompt_index": self.prompt_index, "prompt_id": self.prompt_id, "prompt": self.prompt,
-                "target": self.result.label, **{k: v for k, v in self.result.to_json().items() if k != "label"}}
+                "target": self.result.label, **{k: v for k, v in self.result.to_json().items() if k != "label"},
+                **cited}
 
     def to_csv(self) -> dict[str, Any]:
         result = self.result
@@ -49,6 +55,7 @@ class ReportRow:
             "calls_schema_valid": sum(call.valid for call in calls),
             "calls_ok": sum(call.status == "ok" for call in calls),
             "tool_calls_json": json.dumps([call.to_json() for call in calls], ensure_ascii=False) if calls else "",
+            "sources": "; ".join(f"[{source.number}] {source.document} · {source.location}" for source in self.sources),
         }
 
 

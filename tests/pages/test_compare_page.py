@@ -232,3 +232,34 @@ def test_a_targets_tool_choice_naming_a_tool_that_is_off_is_kept_and_its_pane_sa
     (error,) = app.error
     assert "tool_choice 'calculator' names a tool that is not on" in error.value
     assert len([m for m in app.chat_message if m.name == "assistant"]) == 1  # the other target answered
+
+
+def test_a_collection_chosen_for_a_comparison_gives_every_target_the_same_passages(app, database):
+    from app.frontends.streamlit.knowledge_page import COMPARE_CHOSEN
+    from app.knowledge.ingest import add_file
+    from app.storage.knowledge import KnowledgeStore
+    from tests.knowledge_fixtures import FACTS
+
+    knowledge = KnowledgeStore(database.engine)
+    collection = knowledge.create_collection("local", "Local history")
+    add_file(knowledge, "local", collection.id, "notes.md", "\n\n".join(
+        [FACTS[37][0], "The mill burned down in 1902.", "Sheep were sold at the fair."]).encode())
+    app.run()  # the collection is offered once it exists
+    app.multiselect(key=COMPARE_CHOSEN).set_value([collection.id]).run()
+    send(app, FACTS[37][1])
+    compare = app.session_state["_compare_session"]
+    questions = [pane.conversation.messages[0] for pane in compare.panes]
+    for question in questions:  # each pane's copy: the collection, and the passages searched once for both
+        assert [attachment.kind for attachment in question.attachments] == ["document", "passages"]
+        assert "Marigold" in question.prompt_text()
+    assert questions[0].attachments[1].sources == questions[1].attachments[1].sources
+    assert questions[0].attachments[1].sources[0].document == "notes.md"
+    shown = [str(expander.label) for expander in app.expander if "Sources:" in str(expander.label)]
+    assert len(shown) == 2 and all("1 passage from notes.md" in label for label in shown), shown
+
+    app.multiselect(key=COMPARE_CHOSEN).set_value([]).run()  # the comparison goes on searching what it chose
+    send(app, "When did the mill burn down?")
+    follow_ups = [pane.conversation.messages[2] for pane in compare.panes]
+    assert all(message.attachments and message.attachments[-1].kind == "passages" for message in follow_ups)
+    assert "1902" in follow_ups[0].attachments[-1].sources[0].text
+    assert follow_ups[0].attachments == follow_ups[1].attachments

@@ -111,3 +111,36 @@ def test_make_compare_runs_the_cli_with_the_files_it_is_given():
     planned = dry_run("PROMPTS=mine.jsonl", "TARGETS=", "REPORT=out/run", "APPROVE=count_words calculator")
     assert ".venv/bin/python -m app.compare --prompts mine.jsonl --out out/run " \
            "--approve count_words --approve calculator" in planned
+
+
+def test_with_a_collection_every_target_answers_a_prompt_from_the_same_passages(tiny_model_dir, tmp_path, database,
+                                                                                  capsys):
+    from app.knowledge.ingest import add_file
+    from app.storage.knowledge import KnowledgeStore
+    from tests.knowledge_fixtures import FACTS
+
+    knowledge = KnowledgeStore(database.engine)
+    collection = knowledge.create_collection("local", "Local history")
+    add_file(knowledge, "local", collection.id, "notes.md", "\n\n".join(
+        [FACTS[37][0], "The mill burned down in 1902.", "Sheep were sold at the fair."]).encode())
+    model = {"path": str(tiny_model_dir), "device": "cpu", "dtype": "float32"}
+    targets = tmp_path / "targets.json"
+    targets.write_text(json.dumps({"targets": [
+        {"label": "greedy", "model": model, "sampling": {"temperature": 0, "max_new_tokens": 4}},
+        {"label": "hot", "model": model, "sampling": {"temperature": 1.0, "seed": 5, "max_new_tokens": 4}}]}))
+    prompts = write_jsonl(tmp_path / "prompts.jsonl", [{"prompt": FACTS[37][1]}, {"prompt": "Hello there"}])
+    out = tmp_path / "run"
+    argv = ["--targets", str(targets), "--prompts", str(prompts), "--out", str(out)]
+    assert main([*argv, "--collection", "Local history"]) == 0
+    results = json.loads((tmp_path / "run.json").read_text())["results"]
+    cited = [result.get("sources") for result in results]
+    assert cited[0] == cited[1] and cited[0][0]["document"] == "notes.md" and cited[0][0]["location"] == "line 1"
+    assert cited[2] is None and cited[3] is None  # nothing in the collection is about a greeting
+    with (tmp_path / "run.csv").open(newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    assert rows[0]["sources"] == rows[1]["sources"] == "[1] notes.md · line 1" and rows[2]["sources"] == ""
+
+    capsys.readouterr()
+    assert main([*argv, "--collection", "Local histories"]) == 2
+    said = capsys.readouterr().err
+    assert "no knowledge collection named 'Local histories'" in said and "'Local history'" in said

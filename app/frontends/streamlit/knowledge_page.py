@@ -30,6 +30,7 @@ _NOTICE = "knowledge.notice"
 _REFUSED = "knowledge.refused"
 _ROUND = "knowledge.upload_round"
 CHOSEN = "settings.knowledge.chosen"  # the collections the Chat page searches (kept across pages)
+COMPARE_CHOSEN = "settings.compare.knowledge"  # those every Compare target answers from
 KNOWLEDGE_TYPES = READABLE_TYPES
 
 
@@ -168,9 +169,15 @@ def _delete(owner: str, collection: Collection) -> None:
 
 # ----- on the chat pages -------------------------------------------------------------------------------------------
 
-def choose_in_sidebar(conversation: Conversation) -> None:
+_CHOSEN_HELP = "Each question from now on is answered from these collections too, with sources. Manage them on the " \
+               "Knowledge page."
+
+
+def choose_in_sidebar(conversation: Conversation, key: str = CHOSEN, disabled: bool = False,
+                      help: str = _CHOSEN_HELP) -> None:
     """The collections the next questions search, in the page's sidebar section (owners only), and those the
-    conversation searches already (chosen for an earlier question, they stay with it)."""
+    conversation searches already (chosen for an earlier question, they stay with it). `key`: where the choice is
+    kept (the Chat page's, or the Compare page's own)."""
     owner = persistence.owner()
     if owner is None:
         return
@@ -181,21 +188,20 @@ def choose_in_sidebar(conversation: Conversation) -> None:
     if not collections:
         return
     by_id = {collection.id: collection for collection in collections}
-    st.session_state[CHOSEN] = [cid for cid in st.session_state.get(CHOSEN, []) if cid in by_id]
-    st.multiselect("Search my knowledge", list(by_id), key=CHOSEN,
+    st.session_state[key] = [cid for cid in st.session_state.get(key, []) if cid in by_id]
+    st.multiselect("Search my knowledge", list(by_id), key=key, disabled=disabled,
                    format_func=lambda cid: safe_label(by_id[cid].name),
-                   help="Each question from now on is answered from these collections too, with sources. Manage "
-                        "them on the Knowledge page.")
+                   help=help)
     already = [by_id[cid].name for cid in scope_of(conversation).collections if cid in by_id]
     if already:
         st.caption(safe_markdown("This conversation searches " + ", ".join(f"**{name}**" for name in already)
                                  + ": chosen for an earlier question, they stay with it."))
 
 
-def attach_chosen(conversation: Conversation) -> None:
-    """Puts the chosen collections the conversation does not search yet on its last user message: from there on,
-    the conversation searches them (and a refresh or an export keeps that)."""
-    chosen = [cid for cid in st.session_state.get(CHOSEN, []) if isinstance(cid, str)]
+def attach_chosen(conversation: Conversation, key: str = CHOSEN) -> None:
+    """Puts the collections chosen under `key` that the conversation does not search yet on its last user message:
+    from there on, the conversation searches them (and a refresh or an export keeps that)."""
+    chosen = [cid for cid in st.session_state.get(key, []) if isinstance(cid, str)]
     index = conversation.last_user_index()
     if not chosen or index is None:
         return

@@ -11,8 +11,9 @@ from app.agent.loop import Decision, ToolSettings
 from app.clients.pool import model_identity
 from app.compare.compare_run import start_comparison
 from app.compare.targets import TargetsError
+from app.domain.conversation import Conversation, Message
 from app.domain.media import ImageError
-from app.frontends.streamlit import model_status, sidebar, tool_settings
+from app.frontends.streamlit import knowledge_chat, knowledge_page, model_status, sidebar, tool_settings
 from app.frontends.streamlit.chat_page import user_message
 from app.frontends.streamlit.client_cache import load_client
 from app.frontends.streamlit.compare_panes import compare_session as session
@@ -45,6 +46,10 @@ with sidebar.page_section():
                           help="Every target may call the tools switched on below, each running its own tool loop.")
     st.caption("Each target has its own sampling and system prompt below; the Generation settings above are the "
                "other pages'.")
+    knowledge_page.choose_in_sidebar(
+        compare.panes[0].conversation if compare.panes else Conversation(), knowledge_page.COMPARE_CHOSEN, busy,
+        help="Each question from now on is searched once in these collections, and every target answers from the "
+             "same passages, shown under the question in each pane. Manage them on the Knowledge page.")
 tools: ToolSettings | None = tool_settings.render(None, PAGE) if use_tools else None
 with sidebar.page_section():
     st.markdown("**Targets**")
@@ -61,6 +66,14 @@ with sidebar.page_section():
     models.render_loaded(engines, busy=busy)
 
 images = ImagePolicy(see=True)
+
+
+def _with_passages(message: Message) -> None:
+    """Search once for the question, before the panes get their copies of it: every target answers from the same
+    passages (those of the collections chosen above, and of long documents attached in this comparison)."""
+    asked = Conversation([*(compare.panes[0].conversation.messages if compare.panes else []), message])
+    knowledge_page.attach_chosen(asked, knowledge_page.COMPARE_CHOSEN)
+    knowledge_chat.passages_for_turn(asked)
 
 
 def _stop(index: int) -> None:
@@ -102,6 +115,7 @@ if submitted is not None and not compare.running and problem is None:
     if too_big is not None:
         st.error(safe_markdown(f"**Not sent: a model would not fit.** {too_big}"), icon=":material/memory:")
     elif message is not None:
+        _with_passages(message)
         try:
             conversations = compare.start_turn(message, blind)
             compare.comparison = start_comparison(chosen, conversations, engines, tools, images)
