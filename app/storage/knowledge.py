@@ -27,6 +27,7 @@ from app.storage.tables import KNOWLEDGE_FTS_TABLE, KNOWLEDGE_LANGUAGE, KNOWLEDG
 from app.storage.tables import KnowledgeChunkRow as K
 from app.storage.tables import KnowledgeCollectionRow as C
 from app.storage.tables import KnowledgeDocumentRow as D
+from app.storage.tables import KnowledgeFileRow as F
 from app.storage.tables import KnowledgeVectorRow as V
 
 MAX_NAME = 200
@@ -155,9 +156,10 @@ class KnowledgeStore(EngineStore):
 
     def add_document(self, owner: str, collection_id: str, name: str, sha256: str, size_bytes: int,
                      passages: Sequence[NewPassage], note: str = "",
-                     limits: KnowledgeLimits | None = None) -> KnowledgeDocument:
-        """Stores a read document's passages. KnowledgeRefused when the collection is not the owner's, the same
-        file is in it already, or the owner's limits would be passed.
+                     limits: KnowledgeLimits | None = None, data: bytes | None = None) -> KnowledgeDocument:
+        """Stores a read document's passages, and `data`, its file, to read it again on a re-index. KnowledgeRefused
+        when the collection is not the owner's, the same file is in it already, or the owner's limits would be
+        passed.
 
         The document is first reserved against the limits (one owner's reservations one at a time: PostgreSQL
         takes an advisory lock on the owner, SQLite its write lock), then its passages are stored in batches, each
@@ -186,12 +188,10 @@ class KnowledgeStore(EngineStore):
             except IntegrityError as exc:  # the same file, added by another request at the same moment
                 raise KnowledgeRefused(f"{name} is in this collection already.") from exc
         try:
-            for start in range(0, len(passages), _INSERT_BATCH):
+            if data is not None:
                 with self._writing() as session:
-                    session.execute(insert(K), [
-                        {"document_id": row.id, "ordinal": index, "location": passage.location[:MAX_LOCATION],
-                         "text": passage.text}
-                        for index, passage in enumerate(passages[start:start + _INSERT_BATCH], start)])
+                    session.add(F(document_id=row.id, data=data))
+            self._store_passages(row.id, passages)
             with self._writing() as session:
                 session.execute(update(D).where(D.id == row.id).values(ready=True))
                 session.execute(update(C).where(C.id == collection_id).values(updated_at=now))
@@ -200,6 +200,57 @@ class KnowledgeStore(EngineStore):
             raise
         row.ready = True
         return _document(row)
+
+    def document_file(self, owner: str, document_id: str) -> bytes | None:
+        """The owner's document's file as uploaded; None when the document is not theirs, or was added before the
+        app kept files."""
+        with self._reading() as session:
+            return session.scalar(select(F.data).join(D, D.id == F.document_id)
+                                  .where(D.owner == owner, D.id == document_id))
+
+    def replace_passages(self, owner: str, document_id: str, passages: Sequence[NewPassage], note: str = "",
+                         limits: KnowledgeLimits | None = None) -> KnowledgeDocument:
+        """The document read again: its passages (and their vectors) replaced by `passages`. KnowledgeRefused when
+        it is not the owner's, or the new passages would take the owner past their limit; then nothing changed.
+
+        While the new passages are stored (in batches, as add_document does) searches do not find the document.
+        Should storing them fail, it is left searchable with what was stored, and its note says to re-index it
+        again."""
+        limits = limits or KnowledgeLimits()
+        if not passages:
+            raise KnowledgeRefused("It has no text to search any more.")
+        characters = sum(len(passage.text) for passage in passages)
+        with self._writing() as session:
+            lock_owner(session, owner)
+            row = session.scalars(select(D).where(D.owner == owner, D.id == document_id, D.ready)).first()
+            if row is None:
+                raise KnowledgeRefused("That document is not there any more (or is being read right now).")
+            _check_limits(session, owner, len(passages) - row.chunk_count, 0, limits, new_document=False)
+            session.execute(delete(K).where(K.document_id == document_id))  # the FTS triggers see each one go
+            row.chunk_count, row.characters, row.note, row.ready = len(passages), characters, note[:2000], False
+            collection_id = row.collection_id
+        try:
+            self._store_passages(document_id, passages)
+        except BaseException:
+            with self._writing() as session:  # what is there stays searchable; the note says what happened
+                stored = session.scalar(select(func.count()).where(K.document_id == document_id)) or 0
+                session.execute(update(D).where(D.id == document_id).values(
+                    ready=True, chunk_count=stored,
+                    note="Reading it again was interrupted: re-index its collection to read it whole."))
+            raise
+        with self._writing() as session:
+            session.execute(update(D).where(D.id == document_id).values(ready=True))
+            session.execute(update(C).where(C.id == collection_id).values(updated_at=datetime.now(UTC)))
+            row = session.get_one(D, document_id)
+            return _document(row)
+
+    def _store_passages(self, document_id: str, passages: Sequence[NewPassage]) -> None:
+        for start in range(0, len(passages), _INSERT_BATCH):
+            with self._writing() as session:
+                session.execute(insert(K), [
+                    {"document_id": document_id, "ordinal": index, "location": passage.location[:MAX_LOCATION],
+                     "text": passage.text}
+                    for index, passage in enumerate(passages[start:start + _INSERT_BATCH], start)])
 
     def find_document(self, owner: str, collection_id: str, sha256: str) -> KnowledgeDocument | None:
         """The document of these bytes in the collection, if it is there."""
@@ -368,18 +419,23 @@ def lock_owner(session: Session, owner: str) -> None:
         session.execute(text("SELECT pg_advisory_xact_lock(hashtext(:owner))"), {"owner": f"knowledge:{owner}"})
 
 
-def _check_limits(session: Session, owner: str, passages: int, size_bytes: int, limits: KnowledgeLimits) -> None:
+def _check_limits(session: Session, owner: str, passages: int, size_bytes: int, limits: KnowledgeLimits,
+                  new_document: bool = True) -> None:
+    """Refuses `passages` and `size_bytes` more (and a document more, when `new_document`) past the owner's limits.
+    A re-read document's passages are counted as the change in its count, so one that shrank always passes."""
     documents, chunks, stored = session.execute(
         select(func.count(D.id), func.coalesce(func.sum(D.chunk_count), 0), func.coalesce(func.sum(D.size_bytes), 0))
         .where(D.owner == owner)).one()
-    if documents + 1 > limits.documents:
+    if new_document and documents + 1 > limits.documents:
         raise KnowledgeRefused(f"You keep {documents:,} documents, the most allowed (DEMO_KNOWLEDGE_MAX_DOCUMENTS): "
                                "delete some first.")
-    if chunks + passages > limits.passages:
+    if passages > 0 and chunks + passages > limits.passages:
+        what = f"This document's {passages:,} passages" if new_document else \
+            f"Read again, this document makes {passages:,} more passages, which"
         raise KnowledgeRefused(
-            f"This document's {passages:,} passages would take you past {limits.passages:,} "
-            f"(DEMO_KNOWLEDGE_MAX_PASSAGES; you keep {int(chunks):,}): delete some documents first.")
-    if stored + size_bytes > limits.megabytes * 2**20:
+            f"{what} would take you past {limits.passages:,} (DEMO_KNOWLEDGE_MAX_PASSAGES; you keep "
+            f"{int(chunks):,}): delete some documents first.")
+    if size_bytes > 0 and stored + size_bytes > limits.megabytes * 2**20:
         raise KnowledgeRefused(
             f"This document would take your documents past {limits.megabytes:,} MB (DEMO_KNOWLEDGE_MAX_MB; you keep "
             f"{int(stored) / 2**20:,.1f} MB): delete some documents first.")

@@ -4,7 +4,8 @@ holding one message as JSON text (app/storage/codec.py) and a lower-cased copy o
 hold each user's last settings; api_responses hold the API server's stored responses (app/storage/responses.py);
 mcp_tokens hold each user's sign-ins to MCP servers, encrypted (app/storage/mcp_tokens.py); compare_votes hold the
 votes of the Compare page (app/storage/compare_votes.py); knowledge_collections, knowledge_documents and
-knowledge_chunks hold users' documents as searchable passages (app/storage/knowledge.py).
+knowledge_chunks hold users' documents as searchable passages, knowledge_files their files as uploaded and
+knowledge_vectors the passages' embeddings (app/storage/knowledge.py).
 The migrations in migrations/versions create exactly this; tests compare the two."""
 
 from __future__ import annotations
@@ -253,6 +254,17 @@ class KnowledgeVectorRow(Base):
         Integer, ForeignKey("knowledge_chunks.id", ondelete="CASCADE"), primary_key=True)
     model: Mapped[str] = mapped_column(String(200), primary_key=True)
     vector: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class KnowledgeFileRow(Base):
+    """A knowledge document's file as uploaded (its size counts against the owner's DEMO_KNOWLEDGE_MAX_MB): read
+    again when its collection is re-indexed. Gone with the document."""
+
+    __tablename__ = "knowledge_files"
+
+    document_id: Mapped[str] = mapped_column(
+        String(36), ForeignKey("knowledge_documents.id", ondelete="CASCADE"), primary_key=True)
+    data: Mapped[bytes] = mapped_column(LargeBinary)
 
 
 class ApiFileRow(Base):

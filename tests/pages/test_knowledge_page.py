@@ -50,6 +50,30 @@ def test_a_collection_is_made_filled_searched_and_deleted(monkeypatch, tiny_mode
         assert "Deleted the collection **Local history**" in _text(at) and knowledge.collections("local") == []
 
 
+def test_re_index_reads_the_documents_again_with_the_current_passage_size(monkeypatch, tiny_model_dir, knowledge):
+    from app.storage.knowledge import NewPassage
+
+    collection = knowledge.create_collection("local", "Local history")
+    notes = "\n\n".join([FACTS[212][0]] + [f"Paragraph {n}: " + "harbour wall repairs " * 40 for n in range(6)])
+    document = add_file(knowledge, "local", collection.id, "notes.md", notes.encode())
+    knowledge.add_document("local", collection.id, "old.md", "b" * 64, 10, [NewPassage("line 1", "Old notes.")])
+    monkeypatch.setenv("DEMO_KNOWLEDGE_PASSAGE_CHARS", "300")
+    monkeypatch.setenv("DEMO_KNOWLEDGE_OVERLAP_CHARS", "0")
+    with open_app(monkeypatch, tiny_model_dir, page=KNOWLEDGE_PAGE) as at:
+        at.button(key="knowledge_reindex").click().run()
+        assert not at.exception
+        [again] = [d for d in knowledge.documents("local", collection.id) if d.name == "notes.md"]
+        assert again.id == document.id and again.passages > document.passages
+        said = _text(at)
+        assert f"Read 1 of 2 documents of **Local history** again: {again.passages + 1:,} passages in it now " \
+               f"(before: {document.passages + 1:,})." in said, said
+        assert "old.md was added before the app kept files: remove it and add it again" in said
+        table = at.dataframe[0].value
+        assert dict(zip(table["Document"], table["Passages"], strict=True))["notes.md"] == again.passages
+        at.text_input(key="knowledge.try").set_value(FACTS[212][1]).run()
+        assert any("[1] notes.md · line 1" in str(expander.label) for expander in at.expander)
+
+
 def test_a_collection_chosen_on_the_chat_page_answers_with_sources(monkeypatch, tiny_model_dir, knowledge):
     collection = knowledge.create_collection("local", "Local history")
     add_file(knowledge, "local", collection.id, "notes.md", "\n\n".join(

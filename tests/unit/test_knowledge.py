@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from app.config import KnowledgeSettings
 from app.knowledge.chunking import chunk
-from app.knowledge.ingest import add_file
+from app.knowledge.ingest import add_file, read_again
 from app.knowledge.reading import read_parts
 from app.storage.knowledge import KnowledgeRefused, KnowledgeStore, NewPassage
 from app.tools.documents import DocumentError, Part
@@ -171,6 +171,42 @@ def test_a_deleted_document_is_no_longer_found_and_the_limits_hold(store):
                  settings=KnowledgeSettings(passage_chars=200, max_passages_per_document=2))
     assert store.documents("alice", collection.id) == []  # nothing half-stored
     assert store.delete_collection("alice", collection.id) and store.collections("alice") == []
+
+
+def test_a_document_is_read_again_from_its_kept_file_with_the_current_settings(store):
+    collection = store.create_collection("alice", "Notes")
+    text = "\n\n".join(f"Paragraph {n} about the harbour wall and its repairs. " + "word " * 150
+                        for n in range(12)) + "\n\nThe lighthouse keeper earned eleven shillings."
+    document = add_file(store, "alice", collection.id, "notes.txt", text.encode(),
+                        settings=KnowledgeSettings(passage_chars=2000, overlap_chars=0))
+    assert store.document_file("alice", document.id) == text.encode()
+    assert store.document_file("bob", document.id) is None  # another user's file is not there for them
+    [old] = store.search("alice", [collection.id], "lighthouse keeper shillings", 1)
+    store.add_vectors("tiny-model", [(old.passage_id, b"\0" * 16)])
+
+    smaller = KnowledgeSettings(passage_chars=400, overlap_chars=50)
+    steps: list[str] = []
+    again = read_again(store, "alice", document, smaller, progress=steps.append)
+    assert again is not None and again.id == document.id and again.passages > document.passages
+    assert steps[0] == "Reading notes.txt" and steps[-1].startswith("Storing")
+    [new] = store.search("alice", [collection.id], "lighthouse keeper shillings", 1)
+    assert new.passage_id != old.passage_id and "eleven shillings" in new.text and len(new.text) <= 400
+    assert store.passage("alice", old.passage_id) is None  # the old passages went, with their vectors
+    assert len(store.unembedded("alice", "tiny-model", [collection.id], limit=1000)) == again.passages
+    [listed] = store.collections("alice")
+    assert listed.passages == again.passages
+
+    # Read again into more passages than the user may keep: refused, and the document is as it was.
+    with pytest.raises(KnowledgeRefused, match="more passages.*DEMO_KNOWLEDGE_MAX_PASSAGES"):
+        read_again(store, "alice", again, KnowledgeSettings(passage_chars=200, overlap_chars=0,
+                                                            max_passages=again.passages + 1))
+    assert store.documents("alice", collection.id)[0].passages == again.passages
+    assert store.search("alice", [collection.id], "lighthouse keeper shillings", 1)[0].passage_id == new.passage_id
+
+    # Added before files were kept: nothing to read again.
+    legacy = store.add_document("alice", collection.id, "old.txt", "b" * 64, 10, [NewPassage("line 1", "Old.")])
+    assert read_again(store, "alice", legacy) is None
+    assert store.delete_document("alice", document.id) and store.document_file("alice", document.id) is None
 
 
 # ----- in a conversation ------------------------------------------------------------------------------------------

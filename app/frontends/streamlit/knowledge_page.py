@@ -1,5 +1,5 @@
-"""The Knowledge page: a user's named collections of documents (app/storage/knowledge.py), to make, fill, search
-and delete; and on the chat pages, the collections a conversation searches for each question (`chosen`).
+"""The Knowledge page: a user's named collections of documents (app/storage/knowledge.py), to make, fill, search,
+re-index and delete; and on the chat pages, the collections a conversation searches for each question (`chosen`).
 
 Reading a file shows its progress (parts read, passages stored); each file that cannot be read, or passes a limit,
 says why, and the others are still added.
@@ -18,11 +18,11 @@ from app.frontends.streamlit.knowledge_chat import store
 from app.frontends.streamlit.safe_markdown import safe_label, safe_markdown
 from app.knowledge.conversation import CHAT_COLLECTION, scope_of
 from app.knowledge.embeddings import EmbeddingError
-from app.knowledge.ingest import add_file
+from app.knowledge.ingest import add_file, read_again
 from app.knowledge.reading import READABLE_TYPES
 from app.knowledge.retrieval import Retrieval
 from app.storage.errors import StorageError
-from app.storage.knowledge import Collection, KnowledgeRefused
+from app.storage.knowledge import Collection, KnowledgeDocument, KnowledgeRefused
 from app.tools.documents import DocumentError
 
 _PICKED = "knowledge.collection"
@@ -117,7 +117,13 @@ def _collection_body(owner: str, collection: Collection) -> None:
             for number, hit in enumerate(hits, 1):
                 with st.expander(safe_label(f"[{number}] {hit.document_name} · {hit.location}")):
                     st.text(hit.text)
-        with st.popover("Delete this collection", icon=":material/delete_forever:"):
+        actions = st.container(horizontal=True)
+        if actions.button("Re-index", icon=":material/refresh:", key="knowledge_reindex", disabled=not documents,
+                          help="Read every document again from its file, with the current reader and passage size "
+                               "(DEMO_KNOWLEDGE_PASSAGE_CHARS), and embed the passages with the current embedding "
+                               "model. Searches find a document again as soon as it is read."):
+            _reindex(owner, collection, documents)
+        with actions.popover("Delete this collection", icon=":material/delete_forever:"):
             st.write(safe_markdown(f"Deletes **{collection.name}** with its {collection.documents} documents. "
                                    "Conversations that searched it keep the sources they showed."))
             st.button("Delete", key="knowledge_delete", type="primary", on_click=_delete,
@@ -152,6 +158,55 @@ def _add(owner: str, collection: Collection, uploads: list[UploadedFile]) -> Non
     if refused:
         st.session_state[_REFUSED] = "Not added: " + "; ".join(refused)
     st.session_state[_ROUND] = st.session_state.get(_ROUND, 0) + 1  # a fresh uploader, without these files
+    st.rerun()
+
+
+def _reindex(owner: str, collection: Collection, documents: list[KnowledgeDocument]) -> None:
+    """Each document read again from its kept file, with its progress; then the collection's passages embedded by
+    the current model; then the page runs again, saying what changed and what could not be read."""
+    read, passages, without_file, refused = 0, 0, [], []
+    for document in documents:
+        with st.status(safe_label(f"Reading {document.name} again"), expanded=False) as status:
+            def say(said: str, status: StatusContainer = status) -> None:
+                status.update(label=safe_label(said))
+
+            try:
+                again = read_again(store(), owner, document, progress=say)
+            except (KnowledgeRefused, DocumentError, StorageError) as exc:
+                status.update(label=safe_label(f"{document.name}: left as it was"), state="error")
+                refused.append(f"{document.name}: {exc}")
+                continue
+            if again is None:
+                without_file.append(document.name)
+                status.update(label=safe_label(f"{document.name}: no file kept, left as it was"), state="complete")
+                continue
+            read, passages = read + 1, passages + again.passages
+            status.update(label=safe_label(f"{document.name}: {again.passages:,} passages"), state="complete")
+    by_words_only = ""
+    with st.status("Embedding passages for search by meaning", expanded=False) as status:
+        try:
+            Retrieval(store()).embed_missing(owner, [collection.id], progress=lambda said: status.update(
+                label=safe_label(said)))
+            status.update(state="complete")
+        except (EmbeddingError, StorageError) as exc:
+            by_words_only = str(exc)
+            status.update(state="error")
+    try:
+        after = store().collection(owner, collection.id)
+    except StorageError:
+        after = None
+    now = f"{after.passages:,} passages in it now" if after is not None else f"{passages:,} passages read"
+    said = [f"Read {read} of {len(documents)} documents of **{collection.name}** again: {now} (before: "
+            f"{collection.passages:,})."]
+    if without_file:
+        was, them = ("was", "it") if len(without_file) == 1 else ("were", "them")
+        said.append(f"{', '.join(without_file)} {was} added before the app kept files: remove {them} and add {them} "
+                    f"again to read {them} with the current settings.")
+    if by_words_only:
+        said.append(f"The passages are searched by their words only for now: {by_words_only}")
+    st.session_state[_NOTICE] = " ".join(said)
+    if refused:
+        st.session_state[_REFUSED] = "Left as they were: " + "; ".join(refused)
     st.rerun()
 
 
