@@ -1,7 +1,9 @@
 """Chatting with a long document in Chromium, as a user does: `make run` on the embedded SmolLM2, a 300-page PDF
 attached to a Chat message and a question about page 212. The page says the document is searched, the question
 goes out with the passages that answer it, the answer comes, and its sources open on page 212; a follow-up question
-without the file searches it again. Then a refresh: the conversation comes back with its sources."""
+without the file searches it again. Then a refresh: the conversation comes back with its sources. A collection is
+filled, searched and re-indexed on the Knowledge page, answers on the Chat page, and gives both Compare targets the
+same passages."""
 
 from __future__ import annotations
 
@@ -83,6 +85,9 @@ def test_a_collection_is_filled_on_the_knowledge_page_and_answers_on_the_chat_pa
     expect(page.get_by_text("[1] parish-records.pdf · page 158")).to_be_visible(timeout=30_000)
     page.mouse.move(700, 5)
     readme_screenshot(page, "knowledge-page.png")
+    page.get_by_role("button", name="Re-index").click()  # read again from its kept file, with its progress
+    expect(page.get_by_text(re.compile(r"Read 1 of 1 documents of Parish records again: \d{3},?\d* passages in it "
+                                       r"now"))).to_be_visible(timeout=120_000)
 
     page.goto(app_url)  # the Chat page: choose the collection, ask
     model_loaded(page, 120_000)
@@ -102,6 +107,22 @@ def test_a_collection_is_filled_on_the_knowledge_page_and_answers_on_the_chat_pa
     end_answer(page, page.locator('[data-testid="stChatMessage"]').nth(1))
     sources.locator("summary").click()
     expect(sources).to_contain_text("[1] parish-records.pdf · page 299")
+
+    page.goto(f"{app_url}/compare")  # both targets answer from the same passages, searched once
+    chooser = page.get_by_test_id("stSidebar").get_by_test_id("stMultiSelect").filter(
+        has_text="Search my knowledge")
+    chooser.click(timeout=60_000)
+    page.get_by_role("option", name="Parish records").click()
+    page.keyboard.press("Escape")
+    box = page.get_by_test_id("stChatInputTextArea")
+    expect(box).to_be_enabled(timeout=120_000)
+    box.fill(FACTS[158][1])
+    box.press("Enter")
+    cited = page.locator('[data-testid="stChatMessage"]').get_by_test_id("stExpander").filter(has_text="Sources")
+    expect(cited).to_have_count(2, timeout=120_000)
+    for pane in range(2):
+        cited.nth(pane).locator("summary").click()
+        expect(cited.nth(pane)).to_contain_text("[1] parish-records.pdf · page 158")
     page.close()
 
 

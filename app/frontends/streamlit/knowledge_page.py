@@ -49,8 +49,9 @@ def render() -> None:
     except StorageError as exc:
         st.error(safe_markdown(f"The database cannot be reached ({exc}); knowledge is unavailable for now."))
         return
-    st.caption("Named sets of documents, searched by full text in the app's database. Choose collections in the "
-               "Chat page's sidebar to have each question answered from them, with sources.")
+    st.caption("Named sets of documents, searched by their words in the app's database (and by meaning too, where an "
+               "embedding model is set up). Choose collections in the Chat or Compare page's sidebar to have each "
+               "question answered from them, with sources.")
     head = st.container(horizontal=True, vertical_alignment="bottom")
     by_id = {collection.id: collection for collection in collections}
     picked = head.selectbox("Collection", list(by_id), key=_PICKED, index=0 if by_id else None,
