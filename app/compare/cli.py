@@ -37,8 +37,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--collection", action="append", default=[], metavar="NAME",
                         help="answer from this knowledge collection of the app's database (repeatable): each prompt "
                              "is searched once, and every target gets the same passages")
-    parser.add_argument("--owner", default="local",
-                        help="whose collections --collection names (default: local, the app without sign-in)")
+    parser.add_argument("--owner", help="whose collections --collection names (default: local, the app without "
+                                        "sign-in)")
     parser.add_argument("--max-rounds", type=int, default=4, help="model calls per turn with tools (default 4)")
     parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                         help="stop a prompt's answers still running after this long (default: no limit)")
@@ -47,6 +47,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--max-rounds must be at least 1")
     if args.timeout is not None and args.timeout <= 0:
         parser.error("--timeout must be positive")
+    if args.owner is not None and not args.collection:
+        parser.error("--owner names whose --collection to search: give a --collection too")
     return args
 
 
@@ -82,12 +84,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     approved: dict[str, RunPolicy] = dict.fromkeys(args.approve, "auto")
     knowledge = None
     if args.collection:
+        from sqlalchemy.exc import ArgumentError
+
         from app.compare.knowledge import CollectionsError, PromptKnowledge
         from app.storage import open_database
 
         try:
-            knowledge = PromptKnowledge.open(open_database(), args.owner, args.collection)
-        except (CollectionsError, StorageError) as exc:
+            knowledge = PromptKnowledge.open(open_database(), args.owner or "local", args.collection)
+        except (CollectionsError, StorageError, ArgumentError) as exc:  # ArgumentError: a DEMO_DATABASE_URL typo
             print(f"error: --collection: {exc}", file=sys.stderr)
             return 2
 

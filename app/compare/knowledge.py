@@ -34,8 +34,9 @@ class PromptKnowledge:
         missing = [name for name in names if name not in kept]
         if missing:
             have = ", ".join(repr(name) for name in sorted(kept)) or "none"
-            raise CollectionsError(f"{owner!r} has no knowledge collection named {missing[0]!r} (theirs: {have}); "
-                                   "make it on the Knowledge page, or name the owner with --owner")
+            raise CollectionsError(f"{owner!r} has no knowledge collection named {missing[0]!r} in the app's database "
+                                   f"(DEMO_DATABASE_URL; theirs: {have}): make it on the Knowledge page, or name "
+                                   "the owner with --owner")
         return cls(store, owner, [kept[name] for name in dict.fromkeys(names)])
 
     def add_to(self, conversation: Conversation) -> list[Source]:

@@ -34,7 +34,8 @@ class ReportRow:
 
     def to_json(self) -> dict[str, Any]:
         cited = {"sources": [{"number": source.number, "document": source.document, "location": source.location,
-                              "passage_id": source.passage_id} for source in self.sources]} if self.sources else {}
+                              "passage_id": source.passage_id, "text": source.text} for source in self.sources]
+                 } if self.sources else {}
         return {"prompt_index": self.prompt_index, "prompt_id": self.prompt_id, "prompt": self.prompt,
                 "target": self.result.label, **{k: v for k, v in self.result.to_json().items() if k != "label"},
                 **cited}

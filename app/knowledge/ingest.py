@@ -19,15 +19,16 @@ Progress = Callable[[str], None]  # what is being done now, for a status line
 
 
 def add_file(store: KnowledgeStore, owner: str, collection_id: str, name: str, data: bytes,
-             settings: KnowledgeSettings | None = None, progress: Progress | None = None) -> KnowledgeDocument:
+             settings: KnowledgeSettings | None = None, progress: Progress | None = None,
+             keep_file: bool = True) -> KnowledgeDocument:
     """Reads `data` (a PDF, DOCX, PPTX, HTML, Markdown or text file) into the collection, keeping the file to read
-    it again on a re-index."""
+    it again on a re-index (`keep_file` False: it is kept elsewhere already, as the API's /v1/files are)."""
     settings = settings or KnowledgeSettings.from_env()
     name = PurePath(name).name or "document"
     passages, cut = _passages(name, data, settings, progress)
     limits = KnowledgeLimits(settings.max_documents, settings.max_passages, settings.max_mb)
     return store.add_document(owner, collection_id, name, hashlib.sha256(data).hexdigest(), len(data),
-                              passages, note=cut, limits=limits, data=data)
+                              passages, note=cut, limits=limits, data=data if keep_file else None)
 
 
 def read_again(store: KnowledgeStore, owner: str, document: KnowledgeDocument,

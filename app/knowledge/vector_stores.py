@@ -138,7 +138,8 @@ class VectorStores:
             if known is not None:
                 return self._record(owner, vector_store_id, file_id, known.id)
             try:
-                document = add_file(self.knowledge, owner, vector_store_id, file.filename, data, self.settings)
+                document = add_file(self.knowledge, owner, vector_store_id, file.filename, data, self.settings,
+                                    keep_file=False)  # re-read from the /v1/files file: not stored twice
             except (DocumentError, KnowledgeRefused) as exc:
                 known = self.knowledge.find_document(owner, vector_store_id, file.sha256)
                 if known is not None:  # read by another server process meanwhile

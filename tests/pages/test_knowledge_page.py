@@ -67,7 +67,8 @@ def test_re_index_reads_the_documents_again_with_the_current_passage_size(monkey
         said = _text(at)
         assert f"Read 1 of 2 documents of **Local history** again: {again.passages + 1:,} passages in it now " \
                f"(before: {document.passages + 1:,})." in said, said
-        assert "old.md was added before the app kept files: remove it and add it again" in said
+        assert "old.md has no file kept (added before the app kept files, or through the API and since deleted " \
+               "there): remove it and add it again" in said
         table = at.dataframe[0].value
         assert dict(zip(table["Document"], table["Passages"], strict=True))["notes.md"] == again.passages
         at.text_input(key="knowledge.try").set_value(FACTS[212][1]).run()

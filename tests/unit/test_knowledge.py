@@ -209,6 +209,57 @@ def test_a_document_is_read_again_from_its_kept_file_with_the_current_settings(s
     assert store.delete_document("alice", document.id) and store.document_file("alice", document.id) is None
 
 
+def test_a_re_read_that_fails_half_way_leaves_the_old_passages(store, monkeypatch):
+    import app.storage.knowledge as knowledge
+
+    collection = store.create_collection("alice", "Notes")
+    old = [NewPassage(f"line {n}", f"Passage {n} about zebras.") for n in range(700)]
+    document = store.add_document("alice", collection.id, "z.txt", "z" * 64, 100, old)
+    written = knowledge._passage_rows
+
+    def fails_at_the_second_batch(document_id, passages, start):
+        if start > 0:
+            raise RuntimeError("the connection dropped")
+        return written(document_id, passages, start)
+
+    monkeypatch.setattr(knowledge, "_passage_rows", fails_at_the_second_batch)
+    new = [NewPassage(f"line {n}", f"Passage {n} about giraffes.") for n in range(900)]
+    with pytest.raises(Exception, match="connection dropped"):
+        store.replace_passages("alice", document.id, new)
+    [listed] = store.documents("alice", collection.id)
+    assert (listed.passages, listed.characters) == (700, document.characters)
+    assert len(store.search("alice", [collection.id], "zebras", 50)) == 50
+    assert store.search("alice", [collection.id], "giraffes") == []
+    monkeypatch.setattr(knowledge, "_passage_rows", written)
+    store.replace_passages("alice", document.id, new)  # again: whole
+    assert store.documents("alice", collection.id)[0].passages == 900 and store.search("alice", [collection.id],
+                                                                                        "zebras") == []
+    store.delete_document("alice", document.id)
+    with pytest.raises(KnowledgeRefused, match="not there any more"):  # deleted meanwhile (another tab)
+        store.replace_passages("alice", document.id, new)
+
+
+def test_a_document_read_through_the_api_is_read_again_from_its_api_file_kept_once(store, engine):
+    from sqlalchemy import func, select
+
+    from app.knowledge.vector_stores import VectorStores
+    from app.storage.api_files import ApiFileStore
+    from app.storage.tables import KnowledgeFileRow
+
+    files = ApiFileStore(engine)
+    stores = VectorStores(store, files, embedder=lambda: None)
+    text = "\n\n".join(f"Paragraph {n}: " + "harbour wall repairs " * 40 for n in range(5))
+    uploaded = files.save("alice", "notes.md", "assistants", text.encode())
+    vector_store = stores.create("alice", "API notes", [uploaded.id])
+    [document] = store.documents("alice", vector_store.collection.id)
+    with engine.connect() as connection:
+        assert connection.scalar(select(func.count()).select_from(KnowledgeFileRow)) == 0  # not a second copy
+    assert store.document_file("alice", document.id) == text.encode()
+    assert store.document_file("bob", document.id) is None
+    again = read_again(store, "alice", document, KnowledgeSettings(passage_chars=300, overlap_chars=0))
+    assert again is not None and again.passages > document.passages
+
+
 # ----- in a conversation ------------------------------------------------------------------------------------------
 
 def long_notes(fact: str, at: int = 700) -> bytes:

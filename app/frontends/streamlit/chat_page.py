@@ -58,14 +58,18 @@ def answer_if_asked(
         return
     if message is not None:
         conversation.add(message)
-        if page == "chat":
-            knowledge_page.attach_chosen(conversation)  # the collections chosen in the sidebar, from here on
-        knowledge_chat.passages_for_turn(conversation)  # before it is drawn: its sources show while it is answered
+        # The collections chosen in the sidebar, from here on; then, before the message is drawn, the passages for
+        # it, so that its sources show while it is answered.
+        problems = [knowledge_page.attach_chosen(conversation) if page == "chat" else None,
+                    knowledge_chat.passages_for_turn(conversation)]
+        for problem in filter(None, problems):
+            st.warning(safe_markdown(problem), icon=":material/database:")
         render_message(message)
         persistence.save(page, conversation)  # stored before the answer starts: a crash loses only the answer
         wants_answer = True
     elif request is not None and request.decisions is None:  # Regenerate or Resend: searched again
-        knowledge_chat.passages_for_turn(conversation)
+        if unsearched := knowledge_chat.passages_for_turn(conversation):
+            st.warning(safe_markdown(unsearched), icon=":material/database:")
     if not wants_answer:
         offer_text_only_answer(page, conversation, client)
         return

@@ -47,11 +47,12 @@ def reader() -> DocumentReader:
         return document_attachment  # no database: read as far as the prompt allows, as before
 
 
-def passages_for_turn(conversation: Conversation) -> None:
-    """Before a turn: the passages that answer the question, from the knowledge the conversation brought in."""
+def passages_for_turn(conversation: Conversation) -> str | None:
+    """Before a turn: the passages that answer the question, from the knowledge the conversation brought in; why
+    they could not be searched, if they could not (for the page to say)."""
     owner = persistence.owner()
     if owner is None:
-        return
+        return None
     try:
         retrieval = Retrieval(store())
         shown: list[StatusContainer] = []  # a status line, only while passages are being embedded
@@ -69,8 +70,8 @@ def passages_for_turn(conversation: Conversation) -> None:
         if shown:
             shown[0].update(label="Passages embedded for search by meaning", state="complete")
     except StorageError as exc:
-        st.warning(safe_markdown(f"Your documents could not be searched for this question ({exc}); the answer "
-                                 "is written without them."), icon=":material/database:")
+        return f"Your documents could not be searched for this question ({exc}); the answer is written without them."
+    return None
 
 
 def render_knowledge(attachment: Attachment) -> bool:

@@ -200,9 +200,10 @@ def _reindex(owner: str, collection: Collection, documents: list[KnowledgeDocume
     said = [f"Read {read} of {len(documents)} documents of **{collection.name}** again: {now} (before: "
             f"{collection.passages:,})."]
     if without_file:
-        was, them = ("was", "it") if len(without_file) == 1 else ("were", "them")
-        said.append(f"{', '.join(without_file)} {was} added before the app kept files: remove {them} and add {them} "
-                    f"again to read {them} with the current settings.")
+        has, them = ("has", "it") if len(without_file) == 1 else ("have", "them")
+        said.append(f"{', '.join(without_file)} {has} no file kept (added before the app kept files, or through "
+                    f"the API and since deleted there): remove {them} and add {them} again to read {them} with the "
+                    "current settings.")
     if by_words_only:
         said.append(f"The passages are searched by their words only for now: {by_words_only}")
     st.session_state[_NOTICE] = " ".join(said)
@@ -254,23 +255,27 @@ def choose_in_sidebar(conversation: Conversation, key: str = CHOSEN, disabled: b
                                  + ": chosen for an earlier question, they stay with it."))
 
 
-def attach_chosen(conversation: Conversation, key: str = CHOSEN) -> None:
+def attach_chosen(conversation: Conversation, key: str = CHOSEN) -> str | None:
     """Puts the collections chosen under `key` that the conversation does not search yet on its last user message:
-    from there on, the conversation searches them (and a refresh or an export keeps that)."""
+    from there on, the conversation searches them (and a refresh or an export keeps that). Why they could not be
+    put there, if they could not (for the page to say)."""
     chosen = [cid for cid in st.session_state.get(key, []) if isinstance(cid, str)]
     index = conversation.last_user_index()
     if not chosen or index is None:
-        return
+        return None
     searched = scope_of(conversation).collections
     owner = persistence.owner()
     if owner is None:
-        return
+        return None
     try:
         names = {c.id: c.name for c in store().collections(owner)}
-    except StorageError:
-        return  # the database is away: the question goes out without them (passages_for_turn says so)
+    except StorageError as exc:  # the question goes out without them, and the page says so
+        return f"The collections you chose could not be searched for this question ({exc}); the answer is written " \
+               "without them."
     for cid in chosen:
         if cid not in searched and cid in names:
             conversation.messages[index].attachments.append(Attachment(
                 kind="document", name=names[cid], collection=cid, note="knowledge collection, searched for each "
                                                                        "question"))
+    return None
+

@@ -72,8 +72,10 @@ def _with_passages(message: Message) -> None:
     """Search once for the question, before the panes get their copies of it: every target answers from the same
     passages (those of the collections chosen above, and of long documents attached in this comparison)."""
     asked = Conversation([*(compare.panes[0].conversation.messages if compare.panes else []), message])
-    knowledge_page.attach_chosen(asked, knowledge_page.COMPARE_CHOSEN)
-    knowledge_chat.passages_for_turn(asked)
+    problems = [knowledge_page.attach_chosen(asked, knowledge_page.COMPARE_CHOSEN),
+                knowledge_chat.passages_for_turn(asked)]
+    if said := " ".join(filter(None, problems)):
+        st.session_state[_NOTICE] = said  # shown above the panes once the turn is drawn
 
 
 def _stop(index: int) -> None:
