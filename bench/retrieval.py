@@ -42,9 +42,9 @@ from app.agent.loop import TurnDone, run_turn
 from app.clients.client_protocol import Client, GenerationParams
 from app.config import DocumentSettings, KnowledgeSettings
 from app.domain.conversation import Attachment, Conversation, Message
-from app.knowledge.conversation import add_passages
 from app.knowledge.embeddings import Embedder, LocalEmbedder
 from app.knowledge.ingest import add_file
+from app.knowledge.passages import add_passages
 from app.knowledge.retrieval import Retrieval
 from app.storage import open_database
 from app.storage.knowledge import KnowledgeStore

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from sqlalchemy import Engine
 
 from app.domain.conversation import Attachment, Conversation, Source
-from app.knowledge.conversation import add_passages
+from app.knowledge.passages import add_passages
 from app.knowledge.retrieval import Retrieval
 from app.storage.knowledge import Collection, Hit, KnowledgeStore
 

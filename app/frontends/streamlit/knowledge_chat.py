@@ -16,7 +16,8 @@ from app.agent.attachments import DocumentReader
 from app.domain.conversation import Attachment, Conversation
 from app.frontends.streamlit import persistence
 from app.frontends.streamlit.safe_markdown import safe_label, safe_markdown
-from app.knowledge.conversation import LongDocuments, add_passages
+from app.knowledge.conversation import LongDocuments
+from app.knowledge.passages import add_passages
 from app.knowledge.retrieval import Retrieval
 from app.knowledge.tool import knowledge_tools
 from app.storage.errors import StorageError

@@ -16,9 +16,10 @@ from app.domain.conversation import Attachment, Conversation
 from app.frontends.streamlit import persistence
 from app.frontends.streamlit.knowledge_chat import store
 from app.frontends.streamlit.safe_markdown import safe_label, safe_markdown
-from app.knowledge.conversation import CHAT_COLLECTION, scope_of
+from app.knowledge.conversation import CHAT_COLLECTION
 from app.knowledge.embeddings import EmbeddingError
 from app.knowledge.ingest import add_file, read_again
+from app.knowledge.passages import scope_of
 from app.knowledge.reading import READABLE_TYPES
 from app.knowledge.retrieval import Retrieval
 from app.storage.errors import StorageError

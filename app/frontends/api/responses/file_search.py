@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.domain.conversation import Attachment, Source
 from app.frontends.api.chat_completions.chat_protocol import APIError
-from app.knowledge.conversation import PASSAGES_PER_QUESTION
+from app.knowledge.passages import PASSAGES_PER_QUESTION
 from app.knowledge.vector_stores import SearchResult
 
 RESULTS_INCLUDE = "file_search_call.results"
