@@ -290,3 +290,21 @@ def stop_and_check(page: Any, bubble: Any) -> None:
     partial = bubble.inner_text()
     time.sleep(1.5)
     assert bubble.inner_text() == partial, "the answer kept growing after Stop"
+
+
+def choose(page: Any, selectbox: Any, option: str) -> None:
+    """Pick a selectbox option; a rerun still in flight can close the list, so try again if it does."""
+    for _ in range(5):
+        page.wait_for_timeout(500)
+        selectbox.click()
+        item = page.get_by_role("option", name=option, exact=True)
+        try:
+            item.click(timeout=3_000)
+        except Exception:  # playwright's TimeoutError: the list closed before the click
+            continue
+        page.wait_for_timeout(500)
+        inputs = selectbox.locator("input")
+        shown = selectbox.inner_text() + (inputs.first.input_value() if inputs.count() else "")
+        if option in shown:
+            return
+    raise AssertionError(f"could not choose {option!r}")

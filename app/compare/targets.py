@@ -39,6 +39,7 @@ from app.clients.embedded_model import model_folder
 from app.clients.generation_defaults import defaults_for_settings
 from app.config import ModelSettings
 from app.domain.generation_params import SAMPLING_FIELDS, GenerationParams
+from app.domain.validation import describe
 from app.tools.tool_registry import TOOL_NAME
 
 MAX_TARGETS = 4  # panes side by side
@@ -188,7 +189,7 @@ def parse_targets(data: Any, base: ModelSettings | None = None) -> list[Target]:
     try:
         listed = TargetsFile.model_validate(data).targets
     except ValidationError as exc:
-        raise TargetsError(_describe(exc, "")) from None
+        raise TargetsError(describe(exc, "")) from None
     base = base if base is not None else ModelSettings.from_env(default_backend)
     targets = []
     for index, raw in enumerate(listed):
@@ -198,7 +199,7 @@ def parse_targets(data: Any, base: ModelSettings | None = None) -> list[Target]:
         try:
             spec = TargetSpec.model_validate(raw)
         except ValidationError as exc:
-            raise TargetsError(_describe(exc, where)) from None
+            raise TargetsError(describe(exc, where)) from None
         try:
             targets.append(build_target(spec, base))
         except ValueError as exc:
@@ -269,17 +270,3 @@ def model_label(settings: ModelSettings, longest: int = 48) -> str:
     if len(name) > longest:
         name = name[: longest - 1] + "…"
     return f"{name} ({settings.backend})"
-
-
-def _describe(error: ValidationError, where: str, shown: int = 3) -> str:
-    """pydantic's errors as `target 2 ('Hot'): sampling.temperature: ...`."""
-    lines = []
-    for item in error.errors(include_url=False)[:shown]:
-        location = ".".join(str(part) for part in item["loc"])
-        what = str(item["ctx"]["error"]) if item["type"] == "value_error" else item["msg"]
-        if item["type"] == "extra_forbidden":
-            what = "unknown key"
-        lines.append(": ".join(part for part in (where, location, what) if part))
-    more = error.error_count() - shown
-    return "; ".join(lines) + (f" (and {more} more problems)" if more > 0 else "")
-

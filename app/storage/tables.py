@@ -5,7 +5,8 @@ hold each user's last settings; api_responses hold the API server's stored respo
 mcp_tokens hold each user's sign-ins to MCP servers, encrypted (app/storage/mcp_tokens.py); compare_votes hold the
 votes of the Compare page (app/storage/compare_votes.py); knowledge_collections, knowledge_documents and
 knowledge_chunks hold users' documents as searchable passages, knowledge_files their files as uploaded and
-knowledge_vectors the passages' embeddings (app/storage/knowledge.py).
+knowledge_vectors the passages' embeddings (app/storage/knowledge.py); presets hold each user's saved settings
+(app/storage/presets.py).
 The migrations in migrations/versions create exactly this; tests compare the two."""
 
 from __future__ import annotations
@@ -265,6 +266,21 @@ class KnowledgeFileRow(Base):
     document_id: Mapped[str] = mapped_column(
         String(36), ForeignKey("knowledge_documents.id", ondelete="CASCADE"), primary_key=True)
     data: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class PresetRow(Base):
+    """One user's saved preset (app/storage/presets.py): the fields it sets, as app/presets/preset.py checks them."""
+
+    __tablename__ = "presets"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)  # a random UUID4
+    owner: Mapped[str] = mapped_column(String(200))
+    name: Mapped[str] = mapped_column(String(100))
+    settings: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+    __table_args__ = (Index("ix_presets_owner_name", "owner", "name", unique=True),)
 
 
 class ApiFileRow(Base):

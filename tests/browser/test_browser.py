@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from tests.helpers import ARTIFACTS, generation_settings, model_loaded, readme_screenshot, settle, stop_and_check
+from tests.helpers import (
+    ARTIFACTS,
+    choose,
+    generation_settings,
+    model_loaded,
+    readme_screenshot,
+    settle,
+    stop_and_check,
+)
 
 
 def assistant_texts(page):
@@ -67,24 +75,6 @@ def ask_with_a_forced_call(page, tool: str, question: str):
     page.wait_for_timeout(1500)
     page.get_by_test_id("stStatusWidget").wait_for(state="hidden", timeout=30_000)
     return answer
-
-
-def choose(page, selectbox, option):
-    """Pick a selectbox option; a rerun still in flight can close the list, so try again if it does."""
-    for _ in range(5):
-        page.wait_for_timeout(500)
-        selectbox.click()
-        item = page.get_by_role("option", name=option, exact=True)
-        try:
-            item.click(timeout=3_000)
-        except Exception:  # playwright's TimeoutError: the list closed before the click
-            continue
-        page.wait_for_timeout(500)
-        inputs = selectbox.locator("input")
-        shown = selectbox.inner_text() + (inputs.first.input_value() if inputs.count() else "")
-        if option in shown:
-            return
-    raise AssertionError(f"could not choose {option!r}")
 
 
 def test_tools_page_shows_a_tool_call_card_and_the_answer(app_url, browser):

@@ -82,7 +82,7 @@ def test_a_new_session_finds_two_targets_ready_and_a_blind_vote_lands_in_the_lea
     table = board.value
     assert list(table["target"]) == [winner, next(label for label in labels if label != winner)]
     assert list(table["games"]) == [1, 1] and list(table["wins"]) == [1, 0]
-    downloads = [element for element in app.get("download_button")]
+    downloads = [element for element in app.get("download_button") if element.key.startswith("compare_")]
     assert len(downloads) == 4
 
 
@@ -263,3 +263,25 @@ def test_a_collection_chosen_for_a_comparison_gives_every_target_the_same_passag
     assert all(message.attachments and message.attachments[-1].kind == "passages" for message in follow_ups)
     assert "1902" in follow_ups[0].attachments[-1].sources[0].text
     assert follow_ups[0].attachments == follow_ups[1].attachments
+
+
+def test_chosen_collections_that_cannot_be_read_are_said_to_be_missing(app, database, monkeypatch):
+    from app.frontends.streamlit.knowledge_page import COMPARE_CHOSEN
+    from app.storage.errors import StorageError
+    from app.storage.knowledge import KnowledgeStore
+
+    knowledge = KnowledgeStore(database.engine)
+    collection = knowledge.create_collection("local", "Local history")
+    app.run()
+    app.multiselect(key=COMPARE_CHOSEN).set_value([collection.id]).run()
+
+    def unreachable(*args, **kwargs):
+        raise StorageError("the database went away")
+
+    monkeypatch.setattr(KnowledgeStore, "collections", unreachable)
+    send(app, "Which ship carried the telegraph wire?")
+    said = " ".join(str(warning.value) for warning in app.warning)
+    assert "The collections you chose could not be searched for this question (the database went away)" in said
+    compare = app.session_state["_compare_session"]
+    assert all(pane.conversation.messages[0].attachments == [] for pane in compare.panes)
+    assert all(pane.conversation.messages[-1].role == "assistant" for pane in compare.panes)  # answered anyway

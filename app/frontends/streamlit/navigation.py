@@ -44,7 +44,7 @@ def run() -> None:
     persistence.open_from_url(page_name, conversation)  # a refresh or a link reopens the saved conversation
     persistence.save(page_name, conversation)  # what the last run changed (a stopped answer, Regenerate, Resend)
     mcp_sign_in.finish_from_url()  # back from an MCP server's sign-in page, with ?code=...&state=...
-    sidebar.render()
+    sidebar.render(page_name)
     if page_name not in ("compare", "knowledge", "models"):  # Compare's panes are not one conversation
         history.render(page_name, conversation)
     current.run()

@@ -89,3 +89,13 @@ def set_values(defaults: GenerationDefaults, values: dict[str, float | int]) -> 
     for name in SAMPLING_FIELDS:
         st.session_state[name] = _in_range(name, values[name])
     st.session_state[_APPLIED_KEY] = dict(defaults.values)
+
+
+def choose(values: dict[str, float | int]) -> None:
+    """Put these values (some of the sampling fields) into the sliders before they are drawn, as the user's choice
+    (a preset applied): kept when the model changes, where an untouched slider follows the new model's default."""
+    applied = dict(st.session_state.get(_APPLIED_KEY) or {})
+    for name, value in values.items():
+        st.session_state[name] = _in_range(name, value)
+        applied[name] = None  # no default equals it: _derive sees the user's value
+    st.session_state[_APPLIED_KEY] = applied

@@ -19,7 +19,7 @@ from app.clients.client_protocol import GenerationParams
 from app.clients.embedded_model import model_folder
 from app.clients.generation_defaults import SAMPLING_FIELDS, defaults_for_settings
 from app.config import ModelSettings
-from app.frontends.streamlit import api_keys, model_library, preferences, sampling_settings
+from app.frontends.streamlit import api_keys, model_library, preferences, presets, sampling_settings
 from app.frontends.streamlit.safe_markdown import safe_label
 
 # Empty: the model's own default system prompt, where its chat template has one (SmolLM2's, the one it was trained
@@ -74,7 +74,7 @@ def _chosen_before_drawing(defaults: ModelSettings) -> ModelSettings:
                    api_model=state.get("settings.model.api_model", defaults.api_model))
 
 
-def render() -> SidebarState:
+def render(page: str = "chat") -> SidebarState:
     defaults = ModelSettings.from_env(default_backend)
     preferences.restore()  # the user's last settings, on the first run of a session (a refresh)
     # Valid for this run only: fresh placeholders are made on every run, in the order they show.
@@ -100,16 +100,18 @@ def render() -> SidebarState:
         st.session_state[_STATUS_SECTION_KEY] = st.container()
 
     with generation_box:
-        return _generation_settings(model)
+        return _generation_settings(model, page)
 
 
 @st.fragment
-def _generation_settings(model: ModelSettings) -> SidebarState:
+def _generation_settings(model: ModelSettings, page: str) -> SidebarState:
     """The Generation settings section, as a fragment: changing a setting reruns this section alone, not the page
     and its conversation (a long one costs on every full run; an answer being written goes on). The pages read the
     result from session state on their next run, and the settings are stored for the user here. A change of model
-    is a full run, which calls this again with the new `model`."""
+    is a full run, which calls this again with the new `model`. Presets (`page`: the page shown, whose tools a
+    preset may save) are at the top."""
     with st.expander("Generation settings", icon=":material/tune:"):
+        presets.render(page)
         system_prompt = st.text_area("System prompt", value=DEFAULT_SYSTEM_PROMPT, key="system_prompt",
                                      placeholder="Empty: the model's own default, if its chat template has one")
         sampling = sampling_settings.render(defaults_for_settings(model),

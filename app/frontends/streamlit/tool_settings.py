@@ -8,7 +8,7 @@ import streamlit as st
 
 from app.agent.loop import DEFAULT_MAX_ROUNDS, ToolSettings
 from app.clients.client_protocol import Client
-from app.frontends.streamlit import knowledge_chat, mcp_settings, run_policies, sidebar
+from app.frontends.streamlit import knowledge_chat, mcp_settings, presets, run_policies, sidebar
 from app.frontends.streamlit.safe_markdown import safe_label
 from app.prompting.dialects import DIALECTS
 from app.tools import load_tools
@@ -28,6 +28,9 @@ def render(client: Client | None, page: str, registry: ToolRegistry | None = Non
         registry = registry.merged(mcp_settings.tools(taken=registry.names))
         for tool in registry:  # defaults through session state only: app/main.py re-assigns these keys
             st.session_state.setdefault(f"{KEY_PREFIX}enabled.{tool.name}", True)
+        if (chosen := presets.pending_tools(page)) is not None:  # a preset applied: its tools on, the others off
+            for tool in registry:
+                st.session_state[f"{KEY_PREFIX}enabled.{tool.name}"] = tool.name in chosen
         st.session_state.setdefault(f"{KEY_PREFIX}max_rounds", DEFAULT_MAX_ROUNDS)
         overrides = run_policies.overrides(page)
         admin = mcp_settings.policy_defaults()

@@ -1,0 +1,1 @@
+"""Presets: saved system prompts, sampling settings, models and tools (app/presets/preset.py), and the built-in ones."""
