@@ -11,13 +11,14 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Engine, create_engine, make_url, text
+from sqlalchemy import Engine, create_engine, insert, make_url, select, text
 
 from app.storage import sqlite as sqlite_setup
 from app.storage.database import _json_dumps, database_url
@@ -96,6 +97,39 @@ def engine_at(url: str, revision: str) -> Engine:
         sqlite_setup.configure(engine)
     migrate(engine, "upgrade", revision)
     return engine
+
+
+def old_conversation(engine: Engine, owner: str, title: str, texts: list[str],
+                     settings: dict[str, Any] | None = None) -> str:
+    """A conversation of user messages written with only the columns every revision has (0001's), as an older
+    version of the app wrote it: for tests of the upgrade from an old revision, where today's ConversationStore,
+    which knows later columns, cannot write. Its id."""
+    from app.domain.conversation import Message
+    from app.storage import codec
+    from app.storage.tables import ConversationRow, MessageRow
+
+    conversation_id, now = str(uuid.uuid4()), datetime.now(UTC)
+    with engine.begin() as connection:
+        connection.execute(insert(ConversationRow.__table__).values(
+            id=conversation_id, owner=owner, page="chat", title=title, settings=settings or {}, version=1,
+            message_count=len(texts), created_at=now, updated_at=now))
+        for seq, text in enumerate(texts):
+            message = Message("user", text)
+            connection.execute(insert(MessageRow.__table__).values(
+                conversation_id=conversation_id, seq=seq, deleted=False, search_text=codec.search_text(message),
+                payload=codec.encode_message_json(message), created_at=now))
+    return conversation_id
+
+
+def old_texts(engine: Engine, conversation_id: str) -> list[str]:
+    """The messages' texts of a conversation, read with only the columns every revision has."""
+    from app.storage import codec
+    from app.storage.tables import MessageRow
+
+    with engine.connect() as connection:
+        payloads = connection.scalars(select(MessageRow.payload).where(MessageRow.conversation_id == conversation_id)
+                                      .order_by(MessageRow.seq)).all()
+    return [codec.decode_message_json(payload).content for payload in payloads]
 
 
 def migrate(engine: Engine, direction: str, revision: str) -> None:

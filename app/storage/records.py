@@ -19,6 +19,9 @@ class ConversationSummary:
     page: str
     updated_at: datetime
     message_count: int
+    pinned: bool = False
+    folder_id: str | None = None
+    tags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -38,15 +38,19 @@ from app.storage.errors import (
     VersionConflict,
     database_errors,
 )
+from app.storage.folders import FolderRefused, clean_tags
 from app.storage.records import ConversationSummary, ImportOutcome, StoredConversation
 from app.storage.schema import PreferencesRecord, describe
 from app.storage.sessions import EngineStore
 from app.storage.tables import ConversationRow as C
+from app.storage.tables import ConversationTagRow as T
+from app.storage.tables import FolderRow as F
 from app.storage.tables import MessageRow as M
 from app.storage.tables import PreferencesRow as P
 
 log = logging.getLogger(__name__)
 MAX_LIST_LIMIT = 500
+ALL_FOLDERS = "*"  # list(): conversations in any folder or none
 
 
 class ConversationStore(EngineStore):
@@ -67,21 +71,36 @@ class ConversationStore(EngineStore):
         return row.id
 
     def list(self, owner: str, page: str | None = None, search: str = "", limit: int = 50,
-             offset: int = 0) -> builtins.list[ConversationSummary]:
-        """The owner's conversations, newest first (updated_at), optionally of one page only. `search` keeps those
-        whose title or a shown message's text contains it, ignoring case; % and _ match themselves."""
+             offset: int = 0, folder: str | None = ALL_FOLDERS, tag: str = "") -> builtins.list[ConversationSummary]:
+        """The owner's conversations, pinned ones first, then newest first (updated_at), optionally of one page
+        only. `search` keeps those whose title or a shown message's text contains it, ignoring case; % and _ match
+        themselves. `folder`: a folder's id, None for those in no folder, ALL_FOLDERS for all; `tag`: only those
+        with this tag."""
         if not 1 <= limit <= MAX_LIST_LIMIT or offset < 0:
             raise ValueError(f"limit must be 1..{MAX_LIST_LIMIT} and offset >= 0")
-        query = select(C.id, C.title, C.page, C.updated_at, _shown_count()).where(C.owner == owner)
+        query = select(C.id, C.title, C.page, C.updated_at, _shown_count(), C.pinned, C.folder_id).where(
+            C.owner == owner)
         if page is not None:
             query = query.where(C.page == page)
+        if folder != ALL_FOLDERS:
+            query = query.where(C.folder_id.is_(None) if folder is None else C.folder_id == folder)
+        if tag:
+            query = query.where(exists().where(T.conversation_id == C.id, T.tag == tag))
         if term := search.strip().lower().replace("\x00", ""):  # as codec.search_text stores it
             in_messages = exists().where(M.conversation_id == C.id, M.deleted == false(),
                                          M.search_text.contains(term, autoescape=True))
             query = query.where(or_(func.lower(C.title).contains(term, autoescape=True), in_messages))
-        query = query.order_by(C.updated_at.desc(), C.id.desc()).limit(limit).offset(offset)
+        query = query.order_by(C.pinned.desc(), C.updated_at.desc(), C.id.desc()).limit(limit).offset(offset)
         with self._reading() as session:
-            return [ConversationSummary(*row) for row in session.execute(query)]
+            rows = session.execute(query).all()
+            tags: dict[str, builtins.list[str]] = {}
+            if rows:
+                for conversation_id, name in session.execute(
+                        select(T.conversation_id, T.tag).where(T.conversation_id.in_([row[0] for row in rows]))
+                        .order_by(T.tag)):
+                    tags.setdefault(conversation_id, []).append(name)
+        return [ConversationSummary(*row[:5], pinned=bool(row[5]), folder_id=row[6], tags=tuple(tags.get(row[0], ())))
+                for row in rows]
 
     def get(self, owner: str, id: str, with_messages: bool = True) -> StoredConversation:
         """The conversation and its shown messages in order (none when with_messages is False, which is cheaper:
@@ -125,6 +144,50 @@ class ConversationStore(EngineStore):
             if rowcount(session.execute(delete(C).where(C.id == id, C.owner == owner)
                                          .execution_options(synchronize_session=False))) == 0:
                 raise ConversationNotFound(id)
+
+    # ----- organising the history ---------------------------------------------------------------------------------
+    # None of these moves the version or updated_at: organising a conversation does not reorder the history, nor
+    # make another tab's edit of it fail.
+
+    def set_pinned(self, owner: str, id: str, pinned: bool) -> None:
+        self._set(owner, id, pinned=bool(pinned))
+
+    def move(self, owner: str, id: str, folder_id: str | None) -> None:
+        """Put the conversation in the owner's folder (None: in no folder). FolderRefused for a folder that is not
+        theirs."""
+        with self._writing() as session:
+            if folder_id is not None and not session.scalar(
+                    select(func.count()).where(F.owner == owner, F.id == folder_id)):
+                raise FolderRefused("That folder does not exist (any more).")
+            self._set_in(session, owner, id, folder_id=folder_id)
+
+    def set_tags(self, owner: str, id: str, tags: builtins.list[str]) -> builtins.list[str]:
+        """Replace the conversation's tags (folders.clean_tags: lower case, no repeats, at most 10); the tags kept."""
+        kept = clean_tags(tags)
+        with self._writing() as session:
+            self._row(session, owner, id)
+            session.execute(delete(T).where(T.conversation_id == id))
+            if kept:
+                session.execute(insert(T), [{"conversation_id": id, "tag": tag} for tag in kept])
+        return kept
+
+    def tags(self, owner: str, page: str | None = None) -> builtins.list[tuple[str, int]]:
+        """The owner's tags with how many of their conversations (of `page`, if given) carry each, by name."""
+        query = select(T.tag, func.count()).join(C, C.id == T.conversation_id).where(C.owner == owner)
+        if page is not None:
+            query = query.where(C.page == page)
+        with self._reading() as session:
+            return [(tag, int(count)) for tag, count in session.execute(query.group_by(T.tag).order_by(T.tag))]
+
+    def _set(self, owner: str, id: str, **values: Any) -> None:
+        with self._writing() as session:
+            self._set_in(session, owner, id, **values)
+
+    @staticmethod
+    def _set_in(session: Session, owner: str, id: str, **values: Any) -> None:
+        if rowcount(session.execute(update(C).where(C.id == id, C.owner == owner).values(**values)
+                                    .execution_options(synchronize_session=False))) == 0:
+            raise ConversationNotFound(id)
 
     # ----- messages ---------------------------------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ mcp_tokens hold each user's sign-ins to MCP servers, encrypted (app/storage/mcp_
 votes of the Compare page (app/storage/compare_votes.py); knowledge_collections, knowledge_documents and
 knowledge_chunks hold users' documents as searchable passages, knowledge_files their files as uploaded and
 knowledge_vectors the passages' embeddings (app/storage/knowledge.py); presets hold each user's saved settings
-(app/storage/presets.py).
+(app/storage/presets.py); folders and conversation_tags organise the history.
 The migrations in migrations/versions create exactly this; tests compare the two."""
 
 from __future__ import annotations
@@ -88,9 +88,38 @@ class ConversationRow(Base):
     message_count: Mapped[int]  # the next message's seq: never goes down, so a seq is never reused
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]  # the last append, truncation or rename
+    # The folder it is in (folders.id; no foreign key: see migration 0012), and whether it is pinned at the top.
+    folder_id: Mapped[str | None] = mapped_column(String(36))
+    pinned: Mapped[bool] = mapped_column(server_default=false())
 
-    # The history list: one owner's conversations, newest first (id breaks ties, so paging is stable).
-    __table_args__ = (Index("ix_conversations_owner_updated_at", "owner", "updated_at", "id"),)
+    # The history list: one owner's conversations, newest first (id breaks ties, so paging is stable); a folder's.
+    __table_args__ = (Index("ix_conversations_owner_updated_at", "owner", "updated_at", "id"),
+                      Index("ix_conversations_owner_folder_id", "owner", "folder_id"))
+
+
+class FolderRow(Base):
+    """A user's folder of conversations (app/storage/repository.py)."""
+
+    __tablename__ = "folders"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)  # a random UUID4
+    owner: Mapped[str] = mapped_column(String(200))
+    name: Mapped[str] = mapped_column(String(100))
+    created_at: Mapped[datetime]
+
+    __table_args__ = (Index("ix_folders_owner_name", "owner", "name", unique=True),)
+
+
+class ConversationTagRow(Base):
+    """A tag on a conversation; gone with it."""
+
+    __tablename__ = "conversation_tags"
+
+    conversation_id: Mapped[str] = mapped_column(
+        String(36), ForeignKey("conversations.id", ondelete="CASCADE"), primary_key=True)
+    tag: Mapped[str] = mapped_column(String(40), primary_key=True)
+
+    __table_args__ = (Index("ix_conversation_tags_tag", "tag"),)
 
 
 class MessageRow(Base):

@@ -18,7 +18,6 @@ from sqlalchemy import Engine, event, func, insert, inspect, select
 from sqlalchemy.exc import OperationalError
 
 from app.config import ResponseStoreSettings
-from app.domain.conversation import Message
 from app.storage import (
     ConversationStore,
     ResponseChainTooLarge,
@@ -31,7 +30,7 @@ from app.storage import (
 from app.storage import responses as responses_module
 from app.storage.migrate import current_revision, head_revision, upgrade_to_head
 from app.storage.tables import ApiResponseRow
-from tests.database import engine_at, migrate, schema_differences
+from tests.database import engine_at, migrate, old_conversation, old_texts, schema_differences
 from tests.helpers import at_once
 
 ALICE, BOB = "a" * 64, "b" * 64  # owners as the endpoint makes them: SHA-256 hex of an API key
@@ -395,8 +394,7 @@ def test_upgrading_from_0002_adds_api_responses_and_downgrading_removes_only_the
     try:
         assert "api_responses" not in inspect(engine).get_table_names()
         conversations = ConversationStore(engine)
-        kept = conversations.create("alice", "chat", title="Before the upgrade")
-        conversations.append("alice", kept, Message("user", "Hello"))
+        kept = old_conversation(engine, "alice", "Before the upgrade", ["Hello"])
         conversations.set_preferences("alice", {"temperature": 0.3})
 
         upgrade_to_head(engine)  # what open_database does when the app starts on the old database
@@ -414,7 +412,7 @@ def test_upgrading_from_0002_adds_api_responses_and_downgrading_removes_only_the
         with engine.connect() as connection:
             assert current_revision(connection) == "0002"
         assert "api_responses" not in inspect(engine).get_table_names()
-        assert [m.content for m in conversations.get("alice", kept).messages] == ["Hello"]
+        assert old_texts(engine, kept) == ["Hello"]
         assert conversations.get_preferences("alice") == {"temperature": 0.3}
 
         upgrade_to_head(engine)  # and up again: an empty table

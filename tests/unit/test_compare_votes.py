@@ -19,10 +19,10 @@ from app.compare.ratings import leaderboard
 from app.compare.results import TargetResult
 from app.compare.targets import Target
 from app.config import ModelSettings
-from app.domain.conversation import AnswerMetrics, Message
-from app.storage import CompareVote, CompareVoteStore, ConversationStore, VoteOutcome
+from app.domain.conversation import AnswerMetrics
+from app.storage import CompareVote, CompareVoteStore, VoteOutcome
 from app.storage.migrate import current_revision, head_revision, upgrade_to_head
-from tests.database import engine_at, migrate, schema_differences
+from tests.database import engine_at, migrate, old_conversation, old_texts, schema_differences
 
 UNICODE = 'Grüße, 世界 🌍 — "quoted" \\ back\\slash, tab\t, \u2028 line separator'
 T0 = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
@@ -151,9 +151,7 @@ def test_upgrading_from_0004_adds_compare_votes_and_downgrading_removes_only_the
     engine = engine_at(database_url, "0004")
     try:
         assert "compare_votes" not in inspect(engine).get_table_names()
-        conversations = ConversationStore(engine)
-        kept = conversations.create("alice", "chat", title="Before the upgrade")
-        conversations.append("alice", kept, Message("user", "Hello"))
+        kept = old_conversation(engine, "alice", "Before the upgrade", ["Hello"])
 
         upgrade_to_head(engine)  # what open_database does when the app starts on the old database
         with engine.connect() as connection:
@@ -170,7 +168,7 @@ def test_upgrading_from_0004_adds_compare_votes_and_downgrading_removes_only_the
         with engine.connect() as connection:
             assert current_revision(connection) == "0004"
         assert "compare_votes" not in inspect(engine).get_table_names()
-        assert [m.content for m in conversations.get("alice", kept).messages] == ["Hello"]
+        assert old_texts(engine, kept) == ["Hello"]
 
         upgrade_to_head(engine)  # and up again: an empty table
         assert store.list("alice") == []

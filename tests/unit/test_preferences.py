@@ -11,12 +11,11 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import insert, inspect
 
-from app.domain.conversation import Message
 from app.storage import ConversationStore, open_database
 from app.storage.migrate import current_revision, head_revision, upgrade_to_head
 from app.storage.schema import PreferencesRecord
 from app.storage.tables import PreferencesRow
-from tests.database import engine_at, migrate, schema_differences
+from tests.database import engine_at, migrate, old_conversation, old_texts, schema_differences
 from tests.helpers import at_once
 
 EVERY_PREFERENCE = {"backend": "hf", "system_prompt": "Be brief.", "temperature": 0.2, "top_p": 0.95, "top_k": 40,
@@ -96,9 +95,8 @@ def test_upgrading_from_0001_keeps_the_conversations_and_adds_preferences(databa
     try:
         assert "preferences" not in inspect(engine).get_table_names()
         store = ConversationStore(engine)
-        kept = store.create("alice", "chat", title="Before the upgrade", settings={"system_prompt": "Be brief."})
-        store.append("alice", kept, Message("user", "Hello"))
-        store.append("alice", kept, Message("assistant", "Hi!"))
+        kept = old_conversation(engine, "alice", "Before the upgrade", ["Hello", "Hi!"],
+                                settings={"system_prompt": "Be brief."})
 
         upgrade_to_head(engine)  # what open_database does when the app starts on the old database
         with engine.connect() as connection:
@@ -112,7 +110,7 @@ def test_upgrading_from_0001_keeps_the_conversations_and_adds_preferences(databa
 
         migrate(engine, "downgrade", "0001")  # and back: the preferences go, the conversations stay
         assert "preferences" not in inspect(engine).get_table_names()
-        assert len(store.get("alice", kept).messages) == 2
+        assert old_texts(engine, kept) == ["Hello", "Hi!"]
         upgrade_to_head(engine)
         assert store.get_preferences("alice") == {}
     finally:
