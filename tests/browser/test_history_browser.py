@@ -9,6 +9,7 @@ import os
 import time
 from pathlib import Path
 
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import expect
 
 from app.domain.conversation import Message
@@ -16,6 +17,7 @@ from app.frontends.streamlit.history_window import PAGE_MESSAGES
 from app.storage import ConversationStore
 from app.storage.database import open_database
 from tests.helpers import (
+    choose,
     generation_settings,
     model_loaded,
     readme_screenshot,
@@ -60,6 +62,21 @@ def import_file(page, path: Path) -> None:
     sidebar = page.get_by_test_id("stSidebar")
     sidebar.get_by_text("Import a conversation", exact=True).click()
     sidebar.locator('input[type="file"]').set_input_files(str(path))
+
+
+def open_menu(page):
+    """The open conversation's history menu, opened (a change in it redraws the history, which may close it)."""
+    body = page.get_by_test_id("stPopoverBody").filter(has_text="Tags").last  # the newest drawing of it
+    for _ in range(3):
+        if body.is_visible():
+            return body
+        page.locator(".st-key-history_menu button").first.click()  # a redraw under the click closes it: again
+        try:
+            expect(body).to_be_visible(timeout=5_000)
+        except AssertionError:
+            continue
+    expect(body).to_be_visible(timeout=5_000)
+    return body
 
 
 def bubbles(page) -> list[str]:
@@ -213,3 +230,70 @@ def test_a_long_conversation_opens_at_its_end_and_keeps_every_action_on_its_last
     stored = store.get("local", conversation_id)
     assert len(stored.messages) == 122 and stored.messages[-2].content == "Name one harbour animal."
     assert not stored.messages[-1].stopped and stored.messages[-1].content
+
+
+def test_a_conversation_filed_pinned_and_tagged_stays_so_after_a_refresh(smollm2_dir, browser, tmp_path):
+    database = f"sqlite:///{tmp_path / 'conversations.db'}"
+    with app_serving(smollm2_dir, database) as url:
+        page = open_chat(browser, url)
+        generation_settings(page).get_by_role("spinbutton", name="Max new tokens").fill("8")
+        send(page, "Plan a trip to Lisbon", 0)
+        sidebar = page.get_by_test_id("stSidebar")
+        for _ in range(3):  # a click while the page still redraws after the answer can be lost: again
+            sidebar.get_by_role("button", name="New conversation").click()
+            try:
+                expect(page.locator('[data-testid="stChatMessage"]')).to_have_count(0, timeout=10_000)
+                break
+            except AssertionError:
+                continue
+        send(page, "A recipe for lentil soup", 0)
+        sidebar.get_by_text("Folders", exact=True).click()
+        sidebar.get_by_label("New folder").fill("Travel")
+        sidebar.get_by_label("New folder").press("Enter")
+        sidebar.get_by_role("button", name="Make").click()
+        sidebar.get_by_role("button", name="Plan a trip to Lisbon").click()  # open it: its menu is next to it
+        expect(page.locator('[data-testid="stChatMessage"]').first).to_contain_text("Lisbon", timeout=30_000)
+        page.wait_for_timeout(1000)  # the redraw after opening it is over
+        for _ in range(3):  # typed into a menu that a redraw replaced, the tag is lost: again
+            menu = open_menu(page)
+            tags = menu.get_by_test_id("stMultiSelect").filter(has_text="Tags")
+            tags.locator("input").fill("holiday")
+            tags.locator("input").press("Enter")
+            menu.get_by_text("Title", exact=True).click()  # out of the box: the tag is stored
+            try:
+                expect(sidebar.get_by_text("#holiday", exact=True)).to_be_visible(timeout=10_000)
+                break
+            except AssertionError:
+                continue
+        expect(sidebar.get_by_text("#holiday", exact=True)).to_be_visible()
+        for _ in range(5):  # a redraw of the history can close the list (or the menu) under the click: again
+            open_menu(page).get_by_test_id("stSelectbox").filter(has_text="Folder").click()
+            try:
+                page.get_by_role("option", name="Travel").click(timeout=3_000)
+                break
+            except PlaywrightTimeout:
+                page.keyboard.press("Escape")
+        page.wait_for_timeout(1500)  # stored, and the history redrawn (the filter below shows where it went)
+        menu = open_menu(page)
+        menu.get_by_role("button", name="Pin to the top").click()
+        expect(sidebar.get_by_text("Pinned", exact=True)).to_be_visible(timeout=30_000)
+
+        page.reload()  # all of it is stored: the list comes back organised
+        model_loaded(page, 120_000)
+        sidebar = page.get_by_test_id("stSidebar")
+        expect(sidebar.get_by_text("Pinned", exact=True)).to_be_visible(timeout=30_000)
+        lisbon = sidebar.get_by_role("button", name="Plan a trip to Lisbon")
+        soup = sidebar.get_by_role("button", name="A recipe for lentil soup")
+        expect(lisbon.first).to_be_visible(timeout=30_000)
+        expect(soup.first).to_be_visible(timeout=30_000)
+        assert lisbon.first.bounding_box()["y"] < soup.first.bounding_box()["y"]  # pinned first, though older
+        readme_screenshot(page, "history-folders.png")
+        sidebar.get_by_text("#holiday", exact=True).click()  # filter by the tag
+        expect(soup).to_have_count(0, timeout=30_000)
+        expect(lisbon.first).to_be_visible()
+        sidebar.get_by_text("#holiday", exact=True).click()
+        expect(soup.first).to_be_visible(timeout=30_000)
+        choose(page, sidebar.locator('[class*="st-key-history_folder"]'), "Not in a folder")
+        expect(lisbon).to_have_count(0, timeout=30_000)  # it is in Travel
+        expect(soup.first).to_be_visible()
+        page.close()

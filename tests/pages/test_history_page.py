@@ -228,3 +228,50 @@ def test_a_long_conversation_opened_from_a_search_shows_the_message_that_matched
     app.button(key=f"history_open/{entry.id}").click().run()  # opened from a search: its match is drawn
     texts = [m.markdown[0].value for m in app.chat_message if m.markdown]
     assert texts[0] == "Question 3: tell me about harbour number 3." and len(app.chat_message) == 2 * 80 + 2 - 6
+
+
+def _listed(at) -> list[str]:
+    return [str(button.label) for button in at.button if button.key.startswith("history_open/")]
+
+
+def test_folders_pins_and_tags_from_the_history_menu(app, database):
+    from app.storage.folders import FolderStore
+
+    send(app, "About taxes")
+    app.button(key="history_new").click().run()
+    send(app, "About soup")
+    [soup, taxes] = database.list("local")
+    assert _listed(app) == ["About soup", "About taxes"]
+
+    app.text_input(key="history_new_folder").set_value("Work").run()
+    app.button(key="history_make_folder").click().run()
+    [work] = FolderStore(database.engine).list("local")
+    app.button(key=f"history_open/{taxes.id}").click().run()  # open it: its menu is drawn
+    app.selectbox(key=f"history_move/{taxes.id}/").set_value(work.id).run()
+    app.button(key="history_pin").click().run()
+    next(m for m in app.multiselect if m.key.startswith(f"history_tags/{taxes.id}/")).set_value(["money", "Q4"]).run()
+    assert not app.exception
+    stored = {item.id: item for item in database.list("local")}
+    assert stored[taxes.id].folder_id == work.id and stored[taxes.id].pinned and stored[taxes.id].tags == ("money",
+                                                                                                         "q4")
+    assert _listed(app) == ["About taxes", "About soup"]  # pinned first
+    assert "Pinned" in [caption.value for caption in app.caption]
+
+    app.selectbox(key="history_folder/chat").set_value("").run()  # not in a folder
+    assert _listed(app) == ["About soup"]
+    app.selectbox(key="history_folder/chat").set_value(work.id).run()
+    assert _listed(app) == ["About taxes"]
+    app.text_input(key="history_search/chat").set_value("soup").run()  # a search crosses the folders
+    assert _listed(app) == ["About soup"]
+    app.text_input(key="history_search/chat").set_value("").run()
+    app.selectbox(key="history_folder/chat").set_value("*").run()
+    app.session_state["history_tag/chat"] = "money"
+    app.run()
+    assert _listed(app) == ["About taxes"]
+    app.session_state["history_tag/chat"] = None
+    app.run()
+
+    app.selectbox(key="history_folder/chat").set_value(work.id).run()
+    app.button(key="history_delete_folder_all").click().run()  # the open conversation goes with it
+    assert [item.title for item in database.list("local")] == ["About soup"]
+    assert FolderStore(database.engine).list("local") == [] and shown(app) == []

@@ -1,24 +1,29 @@
-"""The sidebar's history for the current page, at its top: new conversation, search, the list (newest first, under
-Today / Yesterday / Previous 7 days / Older), and next to the open conversation's entry a menu to rename, export
-(JSON, Markdown) and delete it; import of an exported JSON file."""
+"""The sidebar's history for the current page, at its top: new conversation, search, a folder and a tag to filter by,
+the list (pinned first, then newest first, under Today / Yesterday / Previous 7 days / Older), and next to the open
+conversation's entry a menu to rename, pin, file in a folder, tag, export (JSON, Markdown) and delete it; folders to
+make, rename and delete; import of an exported JSON file."""
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import streamlit as st
 
 from app.domain.conversation import Conversation
 from app.frontends.streamlit import history_window, persistence, sidebar, state
-from app.frontends.streamlit.persistence import owner, store
+from app.frontends.streamlit.persistence import owner, store, store_of
 from app.frontends.streamlit.safe_markdown import safe_label, safe_markdown
 from app.storage import ConversationNotFound, ImportRejected, StorageError
+from app.storage.folders import MAX_TAGS, Folder, FolderRefused, FolderStore
 from app.storage.records import ConversationSummary
+from app.storage.repository import ALL_FOLDERS
 
 _LISTED = 30
 _NOTICE = "_history_notice"
+_NO_FOLDER = ""  # the filter's and the menu's "Not in a folder" (None reads as "nothing chosen" to a selectbox)
 
 
 def render(page: str, conversation: Conversation) -> None:
@@ -46,26 +51,62 @@ def _history(page: str, conversation: Conversation) -> None:
     search = st.text_input("Search conversations", key=f"history_search/{page}", label_visibility="collapsed",
                            placeholder="Search titles and messages", icon=":material/search:")
     try:
-        listed = store().list(who, page=page, search=search.strip(), limit=_LISTED)
+        folders = store_of(FolderStore).list(who, page=page)
+        tags = store().tags(who, page=page)
+    except StorageError as exc:
+        st.caption(safe_markdown(f"The history is not available: {exc}"))
+        return
+    folder, tag = _filters(page, folders, tags, searching=bool(search.strip()))
+    try:
+        listed = store().list(who, page=page, search=search.strip(), limit=_LISTED, folder=folder, tag=tag)
     except StorageError as exc:
         st.caption(safe_markdown(f"The history is not available: {exc}"))
         return
     current = persistence.binding(page).conversation_id
     if not listed:
-        st.caption("No conversation matches." if search.strip() else "Conversations appear here once sent.")
+        st.caption("No conversation matches." if search.strip() or folder != ALL_FOLDERS or tag else
+                   "Conversations appear here once sent.")
+    names = {item.id: item.name for item in folders}
     group = None
     for item in listed:
-        if (when := day_group(item.updated_at)) != group:
+        if (when := "Pinned" if item.pinned else day_group(item.updated_at)) != group:
             group = when
             st.caption(when)
         if item.id == current:
-            _current_entry(page, conversation, item, who)
+            _current_entry(page, conversation, item, who, folders)
         else:
             st.button(safe_label(item.title) or "Untitled", key=f"history_open/{item.id}", width="stretch",
-                      type="tertiary", help=_entry_help(item), on_click=_open, args=(page, conversation, item.id))
+                      type="tertiary", help=_entry_help(item, names), on_click=_open,
+                      args=(page, conversation, item.id))
+    with st.expander("Folders", icon=":material/folder:"):
+        _folders(page, conversation, who, folders)
     with st.expander("Import a conversation", icon=":material/upload_file:"):
         _import(page, who)
     st.divider()
+
+
+def _filters(page: str, folders: list[Folder], tags: list[tuple[str, int]], searching: bool) -> tuple[str | None, str]:
+    """The folder and tag the list shows (a search crosses every folder and tag)."""
+    folder_key, tag_key = f"history_folder/{page}", f"history_tag/{page}"
+    options = [ALL_FOLDERS, _NO_FOLDER, *(item.id for item in folders)]
+    labels = {ALL_FOLDERS: "All conversations", _NO_FOLDER: "Not in a folder"} | {
+        item.id: f"{item.name} ({item.conversations})" for item in folders}
+    if st.session_state.get(folder_key, ALL_FOLDERS) not in options:  # its folder was deleted
+        st.session_state[folder_key] = ALL_FOLDERS
+    if folders:
+        st.selectbox("Folder", options, key=folder_key, label_visibility="collapsed",
+                     format_func=lambda option: safe_label(labels[option]), disabled=searching,
+                     help="A search looks in every folder." if searching else "Show one folder's conversations")
+    names = [name for name, _ in tags]
+    if st.session_state.get(tag_key) not in names:
+        st.session_state[tag_key] = None
+    if tags:
+        st.pills("Tags", names, key=tag_key, label_visibility="collapsed", disabled=searching,
+                 format_func=lambda name: safe_label(f"#{name}"))
+    if searching:
+        return ALL_FOLDERS, ""
+    chosen = str(st.session_state.get(folder_key, ALL_FOLDERS))
+    return (None if chosen == _NO_FOLDER else chosen), str(st.session_state.get(tag_key) or "")
 
 
 def day_group(when: datetime, now: datetime | None = None) -> str:
@@ -81,8 +122,10 @@ def day_group(when: datetime, now: datetime | None = None) -> str:
     return "Older"
 
 
-def _entry_help(item: ConversationSummary) -> str:
-    return f"{item.message_count} messages · {item.updated_at:%Y-%m-%d %H:%M} UTC"
+def _entry_help(item: ConversationSummary, folders: dict[str, str]) -> str:
+    where = [f"in {folders[item.folder_id]}"] if item.folder_id in folders else []
+    tags = [" ".join(f"#{tag}" for tag in item.tags)] if item.tags else []
+    return " · ".join([f"{item.message_count} messages", f"{item.updated_at:%Y-%m-%d %H:%M} UTC", *where, *tags])
 
 
 def _start_new(page: str, conversation: Conversation) -> None:
@@ -115,17 +158,21 @@ def _file_name(title: str, suffix: str) -> str:
     return (re.sub(r"[^\w-]+", "-", title).strip("-")[:60] or "conversation") + suffix
 
 
-def _current_entry(page: str, conversation: Conversation, item: ConversationSummary, who: str) -> None:
-    """The open conversation's entry, highlighted, with its menu next to it: rename, export, delete."""
+def _current_entry(page: str, conversation: Conversation, item: ConversationSummary, who: str,
+                   folders: list[Folder]) -> None:
+    """The open conversation's entry, highlighted, with its menu next to it: rename, pin, folder, tags, export,
+    delete."""
     entry, menu = st.columns([5, 1], gap=None, vertical_alignment="center")
     entry.button(safe_label(item.title) or "Untitled", key=f"history_open/{item.id}", width="stretch",
-                 type="primary", help=_entry_help(item), on_click=_open, args=(page, conversation, item.id))
+                 type="primary", help=_entry_help(item, {f.id: f.name for f in folders}), on_click=_open,
+                 args=(page, conversation, item.id))
     with menu.popover("", icon=":material/more_vert:", key="history_menu", type="tertiary",
-                      help="Rename, export or delete"):
-        _menu(page, conversation, item, who)
+                      help="Rename, pin, file, tag, export or delete"):
+        _menu(page, conversation, item, who, folders)
 
 
-def _menu(page: str, conversation: Conversation, item: ConversationSummary, who: str) -> None:
+def _menu(page: str, conversation: Conversation, item: ConversationSummary, who: str,
+          folders: list[Folder]) -> None:
     try:
         stored = store().get(who, item.id, with_messages=False)
     except StorageError as exc:
@@ -134,6 +181,7 @@ def _menu(page: str, conversation: Conversation, item: ConversationSummary, who:
     key = f"history_title/{item.id}/{stored.version}"
     st.text_input("Title", value=stored.title, key=key, on_change=_rename_from,
                   args=(page, who, item.id, key, stored.title, stored.version))
+    _organise(who, item, folders)
     st.download_button("Export as JSON", key="history_export_json", icon=":material/download:", width="stretch",
                        file_name=_file_name(stored.title, ".json"), mime="application/json", on_click="ignore",
                        data=lambda: json.dumps(store().export_json(who, item.id), indent=1))
@@ -144,6 +192,92 @@ def _menu(page: str, conversation: Conversation, item: ConversationSummary, who:
     st.caption(safe_markdown(f"Delete **{title}** and its {stored.message_count} messages for good:"))
     st.button("Delete", key="history_delete", type="primary", icon=":material/delete:", width="stretch",
               on_click=_delete, args=(page, conversation, who, item.id))
+
+
+def _organise(who: str, item: ConversationSummary, folders: list[Folder]) -> None:
+    """Pin, folder and tags of the open conversation: each change is stored at once and redraws the history."""
+    st.button("Unpin" if item.pinned else "Pin to the top", key="history_pin", width="stretch",
+              icon=":material/keep_off:" if item.pinned else ":material/keep:",
+              on_click=_organised, args=(lambda: store().set_pinned(who, item.id, not item.pinned),))
+    options = [_NO_FOLDER, *(folder.id for folder in folders)]
+    names = {_NO_FOLDER: "Not in a folder"} | {folder.id: folder.name for folder in folders}
+    folder_key = f"history_move/{item.id}/{item.folder_id or _NO_FOLDER}"
+    st.selectbox("Folder", options, index=options.index(item.folder_id) if item.folder_id in options else 0,
+                 key=folder_key, format_func=lambda option: safe_label(names[option]),
+                 help="Make folders under Folders, below the list.",
+                 on_change=lambda: _organised(lambda: store().move(
+                     who, item.id, st.session_state[folder_key] or None)))
+    tags_key = f"history_tags/{item.id}/{','.join(item.tags)}"
+    known = sorted({tag for tag, _ in store().tags(who)} | set(item.tags))
+    st.multiselect("Tags", known, default=list(item.tags), key=tags_key, accept_new_options=True,
+                   max_selections=MAX_TAGS, placeholder="Add a tag",
+                   on_change=lambda: _organised(lambda: store().set_tags(who, item.id, st.session_state[tags_key])))
+
+
+def _organised(change: Callable[[], object]) -> None:
+    try:
+        change()
+    except (FolderRefused, ConversationNotFound) as exc:
+        st.toast(safe_label(str(exc) if isinstance(exc, FolderRefused) else "That conversation no longer exists."),
+                 icon=":material/error:")
+    except StorageError as exc:
+        st.toast(safe_label(f"Not saved: {exc}"), icon=":material/error:")
+
+
+def _folders(page: str, conversation: Conversation, who: str, folders: list[Folder]) -> None:
+    """Make a folder; rename or delete the one the list shows (with its conversations, or leaving them out of any
+    folder)."""
+    row = st.container(horizontal=True, vertical_alignment="bottom")
+    name = row.text_input("New folder", key="history_new_folder", max_chars=100, placeholder="A name")
+    row.button("Make", key="history_make_folder", disabled=not name.strip(), on_click=_make_folder, args=(who,))
+    shown = st.session_state.get(f"history_folder/{page}")
+    folder = next((item for item in folders if item.id == shown), None)
+    if folder is None:
+        st.caption("Choose a folder in the list's filter to rename or delete it." if folders else
+                   "No folders yet.")
+        return
+    rename_key = f"history_rename_folder/{folder.id}"
+    st.text_input(f"Rename {folder.name}", value=folder.name, key=rename_key, max_chars=100,
+                  on_change=lambda: _organised(lambda: store_of(FolderStore).rename(
+                      who, folder.id, st.session_state[rename_key])))
+    st.caption(safe_markdown(f"Delete **{folder.name}**: its {folder.conversations} conversations here"))
+    actions = st.container(horizontal=True)
+    actions.button("Keep them", key="history_delete_folder", icon=":material/folder_off:",
+                   help="Delete the folder; its conversations stay, in no folder.",
+                   on_click=_delete_folder, args=(page, conversation, who, folder, False))
+    actions.button("Delete them too", key="history_delete_folder_all", icon=":material/delete:", type="primary",
+                   help="Delete the folder and its conversations (of every page) for good.",
+                   on_click=_delete_folder, args=(page, conversation, who, folder, True))
+
+
+def _make_folder(who: str) -> None:
+    name = str(st.session_state.get("history_new_folder") or "")
+    try:
+        store_of(FolderStore).create(who, name)
+    except (FolderRefused, StorageError) as exc:
+        st.toast(safe_label(f"Not made: {exc}"), icon=":material/error:")
+        return
+    st.session_state["history_new_folder"] = ""
+
+
+def _delete_folder(page: str, conversation: Conversation, who: str, folder: Folder, with_conversations: bool) -> None:
+    try:
+        changed = store_of(FolderStore).delete(who, folder.id, with_conversations)
+    except (FolderRefused, StorageError) as exc:
+        st.toast(safe_label(f"Not deleted: {exc}"), icon=":material/error:")
+        return
+    st.session_state[f"history_folder/{page}"] = ALL_FOLDERS
+    if with_conversations and (shown := persistence.binding(page).conversation_id) is not None:
+        try:
+            store().get(who, shown, with_messages=False)
+        except ConversationNotFound:  # the open conversation went with the folder: a new one takes its place
+            persistence.start_new(page, conversation)
+            state.page_changed()
+        except StorageError:
+            pass
+    st.toast(safe_label(f"Deleted the folder {folder.name} " + (
+        f"and its {changed} conversations." if with_conversations else f"({changed} conversations kept).")),
+        icon=":material/folder_delete:")
 
 
 def _rename_from(page: str, who: str, conversation_id: str, key: str, old_title: str, version: int) -> None:

@@ -26,15 +26,9 @@ from app.tools.documents import document_attachment
 from app.tools.tool_registry import ToolRegistry
 
 
-@st.cache_resource(show_spinner=False)
-def _store_on(engine_id: int) -> KnowledgeStore:
-    return KnowledgeStore(persistence.store().engine)
-
-
 def store() -> KnowledgeStore:
     """The knowledge store on the conversations' database (StorageError while it cannot be opened)."""
-    engine = persistence.store().engine
-    return _store_on(id(engine))
+    return persistence.store_of(KnowledgeStore)
 
 
 def reader() -> DocumentReader:

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ParamSpec
+from typing import Any, ParamSpec, TypeVar
 
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
@@ -40,6 +40,7 @@ from app.storage import (
 )
 from app.storage.codec import encode_message_json
 from app.storage.schema import SettingsRecord
+from app.storage.sessions import EngineStore
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +96,23 @@ def store() -> ConversationStore:
     """The store (engine and connection pool), one per app process and shared by sessions: it keeps no session's
     state. StorageError while the database cannot be opened."""
     return _opener().get()
+
+
+S = TypeVar("S", bound=EngineStore)
+
+
+@st.cache_resource(show_spinner=False)
+def _store_on(name: str, engine_id: int, _kind: type[EngineStore]) -> EngineStore:
+    # Cached by the kind's name and the engine (a leading underscore: Streamlit does not hash the class itself).
+    return _kind(store().engine)
+
+
+def store_of(kind: type[S]) -> S:
+    """Another store on the conversations' database (knowledge, presets, folders), one per app process and kind.
+    StorageError while the database cannot be opened."""
+    made = _store_on(f"{kind.__module__}.{kind.__qualname__}", id(store().engine), kind)
+    assert isinstance(made, kind)
+    return made
 
 
 def authentication_configured() -> bool:

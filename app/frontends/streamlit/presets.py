@@ -31,14 +31,9 @@ _MODEL_KEYS = {"model_path": "settings.model.model_path", "api_base_url": "setti
                "api_model": "settings.model.api_model"}
 
 
-@st.cache_resource(show_spinner=False)
-def _store_on(engine_id: int) -> PresetStore:
-    return PresetStore(persistence.store().engine)
-
-
 def store() -> PresetStore:
     """The presets on the conversations' database (StorageError while it cannot be opened)."""
-    return _store_on(id(persistence.store().engine))
+    return persistence.store_of(PresetStore)
 
 
 def pending_tools(page: str) -> list[str] | None:
