@@ -46,14 +46,14 @@ class PresetModel(BaseModel):
     @classmethod
     def _known_backend(cls, value: str) -> str:
         if value not in BACKENDS:
-            raise ValueError(f"unknown backend {value!r}; choose one of: {', '.join(BACKENDS)}")
+            raise ValueError(f"unknown backend {value[:40]!r}; choose one of: {', '.join(BACKENDS)}")
         return value
 
     @field_validator("api_base_url")
     @classmethod
     def _http_url(cls, value: str) -> str:
         if value and not value.startswith(("http://", "https://")):
-            raise ValueError(f"must be an http(s) URL, not {value!r}")
+            raise ValueError(f"must be an http(s) URL, not {value[:80]!r}")
         return value
 
 
@@ -137,8 +137,8 @@ def read_presets_file(data: bytes) -> list[Preset]:
     if len(data) > MAX_FILE_BYTES:
         raise PresetError(f"The file is {len(data):,} bytes; a presets file is at most {MAX_FILE_BYTES:,}.")
     try:
-        document = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        document = json.loads(data.decode("utf-8-sig"))  # a byte-order mark, as Notepad writes one, is fine
+    except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, or an integer of thousands of digits
         raise PresetError(f"The file is not JSON ({exc}); export presets here to see the format.") from exc
     if not isinstance(document, dict) or not isinstance(document.get("presets"), list):
         raise PresetError('A presets file is a JSON object with a "presets" list; export presets here to see the '
@@ -151,8 +151,8 @@ def read_presets_file(data: bytes) -> list[Preset]:
         name = item.get("name") if isinstance(item, dict) else None
         where = f"preset {number}" + (f" ({str(name)[:MAX_NAME]!r})" if isinstance(name, str) else "")
         presets.append(parse_preset(item, where))
-    names = [preset.name for preset in presets]
-    twice = next((name for name in names if names.count(name) > 1), None)
+    names = [preset.name.casefold() for preset in presets]
+    twice = next((preset.name for preset in presets if names.count(preset.name.casefold()) > 1), None)
     if twice is not None:
         raise PresetError(f"The file holds two presets named {twice!r}: rename one.")
     return presets

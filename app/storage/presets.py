@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins
 import logging
+import unicodedata
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -22,7 +23,8 @@ from app.storage.sessions import EngineStore
 from app.storage.tables import PresetRow as P
 
 log = logging.getLogger(__name__)
-RESERVED = frozenset(preset.name.casefold() for preset in BUILT_IN)
+RESERVED = frozenset(unicodedata.normalize("NFKC", preset.name).casefold() for preset in BUILT_IN)
+BUILT_IN_MARK = "· built-in"  # how the sidebar labels the built-in ones: no user's preset may look like one
 
 
 class PresetStore(EngineStore):
@@ -35,6 +37,8 @@ class PresetStore(EngineStore):
         presets = []
         for name, settings in rows:
             try:
+                if not isinstance(settings, dict):
+                    raise PresetError(f"{name!r} is stored as {type(settings).__name__}, not an object")
                 presets.append(parse_preset({**settings, "name": name}))
             except PresetError as exc:
                 log.warning("A stored preset no longer passes its checks, skipped: %s", exc)
@@ -50,9 +54,8 @@ class PresetStore(EngineStore):
             taken = session.scalar(select(P).where(P.owner == owner, P.name == preset.name))
             edited = session.scalar(select(P).where(P.owner == owner, P.name == replaces)) if replaces else None
             if taken is not None and taken is not edited:
-                if replaces is not None:
-                    raise PresetError(f"You have a preset named {preset.name!r} already: pick another name.")
-                edited = taken  # saved again under its own name: replaced
+                raise PresetError(f"You have a preset named {preset.name!r} already: pick another name, or choose "
+                                  "it and update it.")
             if edited is None:
                 count = session.scalar(select(func.count()).where(P.owner == owner)) or 0
                 if count >= MAX_PRESETS:
@@ -101,5 +104,6 @@ class PresetStore(EngineStore):
 
 
 def _check_name(name: str) -> None:
-    if name.casefold() in RESERVED:
-        raise PresetError(f"{name!r} is a built-in preset's name: pick another.")
+    folded = unicodedata.normalize("NFKC", name).casefold()
+    if folded in RESERVED or folded.endswith(BUILT_IN_MARK) or BUILT_IN_MARK in folded:
+        raise PresetError(f"{name!r} is a built-in preset's name (or looks like one): pick another.")

@@ -37,11 +37,15 @@ def test_brief_answers_well_under_half_as_long_and_mostly_ends_on_its_own(smol_c
     base = _defaults(smol_client)
     params, system = BRIEF.applied_to(base, "")
     assert system == BRIEF.system_prompt and params.max_new_tokens == 96
-    default_tokens = [_answer(smol_client, question, base, "")[1] for question in QUESTIONS]
+    defaults = [_answer(smol_client, question, base, "") for question in QUESTIONS]
     brief = [_answer(smol_client, question, params, system) for question in QUESTIONS]
     # Measured here: 85 + 215 + 300 (cut) tokens with the defaults, 55 + 93 + 83 with Brief.
-    assert sum(tokens for _, tokens, _ in brief) < 0.6 * sum(default_tokens), (default_tokens, brief)
-    assert sum(reason == "stop" for _, _, reason in brief) >= 2, brief
+    assert sum(tokens for _, tokens, _ in brief) < 0.6 * sum(tokens for _, tokens, _ in defaults), (defaults, brief)
+    # Not the 96-token cap alone: the system prompt makes answers end on their own within it, where the model's
+    # defaults, cut at 96, would end one of three (the 85-token one).
+    ended = sum(reason == "stop" for _, _, reason in brief)
+    ended_under_cap = sum(reason == "stop" and tokens <= 96 for _, tokens, reason in defaults)
+    assert ended >= 2 and ended > ended_under_cap, (defaults, brief)
 
 
 def test_creative_draws_a_different_answer_each_time(smol_client):

@@ -105,3 +105,20 @@ def test_a_preset_with_a_model_switches_to_it(monkeypatch, tiny_model_dir, tmp_p
         assert at.text_input(key="settings.model.model_path").value == str(other)
         assert at.selectbox(key="backend").value == "hf"
         assert at.session_state["_sidebar"].model.model_path == str(other)  # what the pages load
+
+
+def test_a_preset_for_another_server_never_takes_the_key_typed_for_this_one(monkeypatch, tiny_model_dir, database):
+    shared = parse_preset({"name": "Their server", "model": {"backend": "openai",
+                                                             "api_base_url": "http://127.0.0.1:9/v1"}})
+    PresetStore(database.engine).save("local", shared)
+    with open_app(monkeypatch, tiny_model_dir, page=CHAT_PAGE) as at:
+        before = at.text_input(key="settings.model.model_path").value
+        at.selectbox(key="backend").set_value("openai").run()
+        at.text_input(key="settings.model.api_base_url").set_value("http://127.0.0.1:8/v1").run()
+        at.text_input(key="settings.model.api_key").set_value("sk-mine").run()
+        _pick(at, "mine:Their server")
+        model = at.session_state["_sidebar"].model
+        assert model.api_base_url == "http://127.0.0.1:9/v1" and model.api_key != "sk-mine"
+        assert at.text_input(key="settings.model.api_key").value == ""
+        at.selectbox(key="backend").set_value("hf").run()  # the local model path was left as it was
+        assert at.text_input(key="settings.model.model_path").value == before

@@ -60,10 +60,18 @@ def test_presets_go_out_as_a_file_and_come_back_the_same():
     (json.dumps({"presets": [{"name": "Same"}, {"name": "Same"}]}).encode(), "two presets named 'Same'"),
     (json.dumps({"presets": [{"name": f"P{n}"} for n in range(MAX_PRESETS + 1)]}).encode(), "at most 200"),
     (b" " * 1_000_001, "at most 1,000,000"),
+    (b'{"presets": [{"name": "Big", "seed": ' + b"9" * 5000 + b"}]}", "not JSON"),
+    (json.dumps({"presets": [{"name": "Same"}, {"name": "SAME"}]}).encode(), "two presets named 'Same'"),
+    (json.dumps({"presets": [{"name": "X", "model": {"backend": "b" * 900_000}}]}).encode(), "unknown backend"),
 ])
 def test_a_file_that_cannot_be_imported_says_why(data, said):
-    with pytest.raises(PresetError, match=re.escape(said)):
+    with pytest.raises(PresetError, match=re.escape(said)) as refused:
         read_presets_file(data)
+    assert len(str(refused.value)) < 1000  # said in a line, not the file echoed back
+
+
+def test_a_file_saved_with_a_byte_order_mark_is_read():
+    assert read_presets_file(b"\xef\xbb\xbf" + presets_file([parse_preset({"name": "A"})]))[0].name == "A"
 
 
 @pytest.fixture
@@ -78,7 +86,9 @@ def test_the_store_keeps_each_users_presets_by_name(store):
     assert mine.stored() == {"name": "Reviewer", "system_prompt": "Review code.", "temperature": 0.2}
     assert store.list("bob")[0].temperature == 1.0 and store.list("carol") == []
 
-    store.save("alice", parse_preset({"name": "Reviewer", "temperature": 0.4}))  # saved again: replaced
+    with pytest.raises(PresetError, match="already: pick another name, or choose it and update it"):
+        store.save("alice", parse_preset({"name": "Reviewer", "temperature": 0.4}))  # a new one: not over it
+    store.save("alice", parse_preset({"name": "Reviewer", "temperature": 0.4}), replaces="Reviewer")  # updated
     assert [p.stored() for p in store.list("alice")] == [{"name": "Reviewer", "temperature": 0.4}]
     store.save("alice", parse_preset({"name": "Strict reviewer", "temperature": 0.0}), replaces="Reviewer")
     assert [p.name for p in store.list("alice")] == ["Strict reviewer"]  # renamed, not copied
@@ -88,6 +98,9 @@ def test_the_store_keeps_each_users_presets_by_name(store):
     for built_in in BUILT_IN:
         with pytest.raises(PresetError, match="built-in preset's name"):
             store.save("alice", parse_preset({"name": built_in.name.upper()}))
+    for lookalike in ("Ｐrecise", "Precise · built-in", "Mine · BUILT-IN"):  # fullwidth P; the sidebar's own mark
+        with pytest.raises(PresetError, match="looks like one"):
+            store.save("alice", parse_preset({"name": lookalike}))
     assert store.delete("alice", "Other") and not store.delete("alice", "Other") and not store.delete("bob", "x")
     assert [p.name for p in store.list("bob")] == ["Reviewer"]  # untouched by alice's
 
@@ -117,4 +130,6 @@ def test_a_stored_preset_that_no_longer_passes_is_skipped_not_applied(store, eng
     store.save("alice", parse_preset({"name": "Broken", "temperature": 0.5}))
     with engine.begin() as connection:
         connection.execute(update(PresetRow).where(PresetRow.name == "Broken").values(settings={"temperature": 99}))
-    assert [p.name for p in store.list("alice")] == ["Fine"]
+    with engine.begin() as connection:
+        connection.execute(update(PresetRow).where(PresetRow.name == "Fine").values(settings=[1, 2]))
+    assert store.list("alice") == []  # not an object: skipped, the sidebar still draws

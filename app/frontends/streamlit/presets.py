@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import streamlit as st
 
+from app.clients.choice import default_backend
 from app.clients.generation_defaults import SAMPLING_FIELDS
-from app.frontends.streamlit import persistence, sampling_settings
+from app.config import ModelSettings
+from app.frontends.streamlit import api_keys, persistence, sampling_settings
 from app.frontends.streamlit.safe_markdown import safe_label, safe_markdown
 from app.presets.built_in import BUILT_IN
 from app.presets.preset import Preset, PresetError, parse_preset, presets_file, read_presets_file
@@ -29,6 +31,8 @@ TOOL_PAGES = ("tools", "all_tools")
 _THINKING_LABELS = {None: "Model default", True: "On", False: "Off"}
 _MODEL_KEYS = {"model_path": "settings.model.model_path", "api_base_url": "settings.model.api_base_url",
                "api_model": "settings.model.api_model"}
+_BACKEND_FIELDS = {"openai": ("api_base_url", "api_model")}  # the others: ("model_path",)
+_API_KEY = "settings.model.api_key"
 
 
 def store() -> PresetStore:
@@ -42,10 +46,16 @@ def pending_tools(page: str) -> list[str] | None:
     return list(tools) if tools is not None else None
 
 
+def full_run_started() -> None:
+    """Called by every full run of the app, before the sidebar's fragment: it draws the model and tools a preset
+    changed, so the fragment need not rerun the app (a rerun raised then would drop a message sent in that run)."""
+    st.session_state.pop(_FULL_RUN, None)
+
+
 def render(page: str) -> None:
     """The presets row at the top of the Generation settings (inside its fragment)."""
-    if st.session_state.pop(_FULL_RUN, False):
-        st.rerun(scope="app")  # the model or the tools changed: they are drawn outside this fragment
+    if st.session_state.pop(_FULL_RUN, False):  # a fragment-only run: the model or tools changed outside it
+        st.rerun(scope="app")
     owner = persistence.owner()
     mine: list[Preset] = []
     problem = ""
@@ -63,7 +73,8 @@ def render(page: str) -> None:
                                    "click. Apply one to this conversation or a new one.")
     picked = by_key.get(picked_key) if picked_key else None
     if picked is not None:
-        st.caption(safe_markdown(picked.description or picked.summary()), help=safe_markdown(picked.summary()))
+        shown = f"{picked.description} ({picked.summary()})" if picked.description else picked.summary()
+        st.caption(safe_markdown(shown))  # what applying it changes, always: a shared preset may say anything
     row = st.container(horizontal=True)
     row.button("Apply", key="presets_apply", icon=":material/done:", disabled=picked is None, type="primary",
                on_click=_apply, args=(picked,) if picked is not None else (None,),
@@ -102,9 +113,15 @@ def _apply(preset: Preset | None) -> None:
         state["thinking"] = _THINKING_LABELS[preset.thinking]
     full_run = False
     if preset.model is not None:
+        if "api_base_url" in preset.model.model_fields_set and \
+                preset.model.api_base_url != str(state.get(_MODEL_KEYS["api_base_url"], "")):
+            # Another server: a key the user typed for theirs is not sent to it (a shared preset names any URL);
+            # the app's own key stays bound to the app's own server.
+            configured = ModelSettings.from_env(default_backend)
+            api_keys.hold(_API_KEY, configured.api_base_url, configured.api_key)
         state["backend"] = preset.model.backend
-        for field, key in _MODEL_KEYS.items():
-            state[key] = getattr(preset.model, field)
+        for field in preset.model.model_fields_set - {"backend"}:  # what it leaves out stays as it is
+            state[_MODEL_KEYS[field]] = getattr(preset.model, field)
         full_run = True
     if preset.tools is not None:
         for page in TOOL_PAGES:
@@ -130,9 +147,10 @@ def current(name: str, description: str, include_model: bool, tools: list[str] |
     for name_ in ("top_k", "max_new_tokens"):
         if name_ in data:
             data[name_] = int(data[name_])  # type: ignore[call-overload]
-    if include_model:
-        data["model"] = {"backend": state.get("backend", "hf"),
-                         **{field: str(state.get(key, "") or "").strip() for field, key in _MODEL_KEYS.items()}}
+    if include_model:  # the chosen backend's own fields only: not another backend's (private) server
+        backend = str(state.get("backend", "hf"))
+        data["model"] = {"backend": backend, **{field: str(state.get(_MODEL_KEYS[field], "") or "").strip()
+                                                for field in _BACKEND_FIELDS.get(backend, ("model_path",))}}
     if tools is not None:
         data["tools"] = tools
     return parse_preset(data)
@@ -162,12 +180,12 @@ def _manage(owner: str, page: str, editing: Preset | None, mine: list[Preset]) -
     st.button("Save as a new preset", key="presets_save", type="primary", disabled=not name.strip(),
               on_click=_save, args=(owner, tools, None))
     if editing is not None:
-        st.button(f"Update {editing.name!r} with the settings", key="presets_update",
+        st.button(safe_label(f"Update {editing.name!r} with the settings"), key="presets_update",
                   on_click=_save, args=(owner, tools, editing),
                   help="Its name and description stay unless you typed new ones above; it keeps its model and "
                        "tools unless you tick them.")
-        st.button(f"Delete {editing.name!r}", key="presets_delete", icon=":material/delete:", on_click=_delete,
-                  args=(owner, editing.name))
+        st.button(safe_label(f"Delete {editing.name!r}"), key="presets_delete", icon=":material/delete:",
+                  on_click=_delete, args=(owner, editing.name))
     st.divider()
     _files(owner, mine)
 
@@ -222,7 +240,7 @@ def _import(owner: str, data: bytes) -> None:
     try:
         presets = read_presets_file(data)
         added, replaced = store().import_all(owner, presets)
-    except (PresetError, StorageError) as exc:
+    except (PresetError, StorageError) as exc:  # PresetError is a ValueError: any mistake in the file
         st.session_state[_PROBLEM] = f"Nothing imported: {exc}"
         return
     st.session_state[_NOTICE] = f"Imported {added + replaced} preset{'s' if added + replaced != 1 else ''}: " \

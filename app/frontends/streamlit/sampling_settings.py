@@ -15,6 +15,7 @@ from app.clients.generation_defaults import SAMPLING_FIELDS, GenerationDefaults
 from app.frontends.streamlit.safe_markdown import safe_markdown
 
 _APPLIED_KEY = "_sampling_defaults_applied"  # the defaults the sliders were last derived from
+_CHOSEN_KEY = "_sampling_chosen"  # fields a preset set: sent to a server even when equal to our guess of its default
 # The widgets' ranges; a model default outside one is clamped into it (Streamlit refuses such a value).
 _RANGES = {"temperature": (0.0, 2.0), "top_p": (0.05, 1.0), "top_k": (0, 500), "repetition_penalty": (1.0, 2.0)}
 
@@ -48,6 +49,7 @@ def _derive(defaults: GenerationDefaults) -> None:
 
 
 def _reset(defaults: GenerationDefaults) -> None:
+    st.session_state[_CHOSEN_KEY] = []
     for name in SAMPLING_FIELDS:
         st.session_state[name] = _in_range(name, defaults.values[name])
     st.session_state[_APPLIED_KEY] = dict(defaults.values)
@@ -65,7 +67,9 @@ def render(defaults: GenerationDefaults, server_decides: bool = False) -> Sampli
                                    key="repetition_penalty")
     chosen = {"temperature": float(temperature), "top_p": float(top_p), "top_k": int(top_k),
               "repetition_penalty": float(repetition_penalty)}
-    untouched = [name for name in SAMPLING_FIELDS if chosen[name] == _in_range(name, defaults.values[name])]
+    picked = set(st.session_state.get(_CHOSEN_KEY) or [])
+    untouched = [name for name in SAMPLING_FIELDS
+                 if chosen[name] == _in_range(name, defaults.values[name]) and name not in picked]
     changed = [name.replace("_", " ") for name in SAMPLING_FIELDS if name not in untouched]
     values = SamplingValues(temperature=chosen["temperature"], top_p=chosen["top_p"], top_k=int(chosen["top_k"]),
                             repetition_penalty=chosen["repetition_penalty"],
@@ -99,3 +103,4 @@ def choose(values: dict[str, float | int]) -> None:
         st.session_state[name] = _in_range(name, value)
         applied[name] = None  # no default equals it: _derive sees the user's value
     st.session_state[_APPLIED_KEY] = applied
+    st.session_state[_CHOSEN_KEY] = sorted(set(st.session_state.get(_CHOSEN_KEY) or []) | set(values))

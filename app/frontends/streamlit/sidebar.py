@@ -99,6 +99,7 @@ def render(page: str = "chat") -> SidebarState:
             model_library.details(model)
         st.session_state[_STATUS_SECTION_KEY] = st.container()
 
+    presets.full_run_started()
     with generation_box:
         return _generation_settings(model, page)
 
