@@ -296,4 +296,21 @@ def test_a_conversation_filed_pinned_and_tagged_stays_so_after_a_refresh(smollm2
         choose(page, sidebar.locator('[class*="st-key-history_folder"]'), "Not in a folder")
         expect(lisbon).to_have_count(0, timeout=30_000)  # it is in Travel
         expect(soup.first).to_be_visible()
+
+        choose(page, sidebar.locator('[class*="st-key-history_folder"]'), "All conversations")
+        expect(lisbon.first).to_be_visible(timeout=30_000)
+        open_menu(page)  # the open conversation (Lisbon), shared as a web page, opened offline elsewhere
+        with page.expect_download() as download:
+            page.get_by_role("button", name="Share as a web page").click()
+        shared = tmp_path / "shared.html"
+        download.value.save_as(shared)
         page.close()
+        offline = browser.new_context()
+        offline.set_offline(True)
+        reader = offline.new_page()
+        asked: list[str] = []
+        reader.on("request", lambda request: asked.append(request.url))
+        reader.goto(shared.as_uri())
+        expect(reader.get_by_text("Plan a trip to Lisbon").first).to_be_visible()
+        assert asked == [shared.as_uri()]
+        offline.close()

@@ -16,6 +16,7 @@ from app.domain.conversation import Conversation
 from app.frontends.streamlit import history_window, persistence, sidebar, state
 from app.frontends.streamlit.persistence import owner, store, store_of
 from app.frontends.streamlit.safe_markdown import safe_label, safe_markdown
+from app.frontends.streamlit.share_html import conversation_html
 from app.storage import ConversationNotFound, ImportRejected, StorageError
 from app.storage.folders import MAX_TAGS, Folder, FolderRefused, FolderStore
 from app.storage.records import ConversationSummary
@@ -188,6 +189,11 @@ def _menu(page: str, conversation: Conversation, item: ConversationSummary, who:
     st.download_button("Export as Markdown", key="history_export_md", icon=":material/download:", width="stretch",
                        file_name=_file_name(stored.title, ".md"), mime="text/markdown", on_click="ignore",
                        data=lambda: store().export_markdown(who, item.id))
+    st.download_button("Share as a web page", key="history_export_html", icon=":material/share:", width="stretch",
+                       file_name=_file_name(stored.title, ".html"), mime="text/html", on_click="ignore",
+                       help="One HTML file that opens in any browser, offline: text, thoughts, tool calls, pictures "
+                            "and sources. It runs no script and loads nothing.",
+                       data=lambda: conversation_html(stored.title, store().get(who, item.id).messages))
     title = stored.title or "Untitled"
     st.caption(safe_markdown(f"Delete **{title}** and its {stored.message_count} messages for good:"))
     st.button("Delete", key="history_delete", type="primary", icon=":material/delete:", width="stretch",
