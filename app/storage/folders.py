@@ -35,18 +35,19 @@ class Folder:
     id: str
     name: str
     conversations: int  # the owner's conversations in it (of the page asked about, or of every page)
+    every_page: int = 0  # of every page
 
 
 class FolderStore(EngineStore):
     """Folders on one engine. Thread-safe; database failures raise StorageError."""
 
     def list(self, owner: str, page: str | None = None) -> builtins.list[Folder]:
-        """The owner's folders by name, each with how many of their conversations (of `page`, if given) it holds."""
-        counted = select(func.count(C.id)).where(C.folder_id == F.id, C.owner == owner)
-        if page is not None:
-            counted = counted.where(C.page == page)
-        query = (select(F.id, F.name, counted.correlate(F).scalar_subquery()).where(F.owner == owner)
-                 .order_by(func.lower(F.name), F.id))
+        """The owner's folders by name, each with how many of their conversations (of `page`, if given) it holds,
+        and how many of every page."""
+        every = select(func.count(C.id)).where(C.folder_id == F.id, C.owner == owner)
+        counted = every.where(C.page == page) if page is not None else every
+        query = (select(F.id, F.name, counted.correlate(F).scalar_subquery(), every.correlate(F).scalar_subquery())
+                 .where(F.owner == owner).order_by(func.lower(F.name), F.id))
         with self._reading() as session:
             return [Folder(*row) for row in session.execute(query)]
 
@@ -82,16 +83,15 @@ class FolderStore(EngineStore):
         there."""
         in_it = (C.owner == owner, C.folder_id == folder_id)
         with self._writing() as session:
-            if not session.scalar(select(func.count()).where(F.owner == owner, F.id == folder_id)):
+            # The folder first: a move into it in another transaction then waits for this one and finds it gone
+            # (ConversationStore.move locks the folder's row), instead of filing a conversation in a deleted folder.
+            if not rowcount(session.execute(delete(F).where(F.owner == owner, F.id == folder_id)
+                                            .execution_options(synchronize_session=False))):
                 raise FolderRefused("That folder does not exist (any more).")
             if with_conversations:
-                changed = rowcount(session.execute(delete(C).where(*in_it)
-                                                   .execution_options(synchronize_session=False)))
-            else:
-                changed = rowcount(session.execute(update(C).where(*in_it).values(folder_id=None)
-                                                   .execution_options(synchronize_session=False)))
-            session.execute(delete(F).where(F.owner == owner, F.id == folder_id))
-            return changed
+                return rowcount(session.execute(delete(C).where(*in_it).execution_options(synchronize_session=False)))
+            return rowcount(session.execute(update(C).where(*in_it).values(folder_id=None)
+                                            .execution_options(synchronize_session=False)))
 
     def owns(self, owner: str, folder_id: str) -> bool:
         with self._reading() as session:

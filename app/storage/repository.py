@@ -82,8 +82,9 @@ class ConversationStore(EngineStore):
             C.owner == owner)
         if page is not None:
             query = query.where(C.page == page)
-        if folder != ALL_FOLDERS:
-            query = query.where(C.folder_id.is_(None) if folder is None else C.folder_id == folder)
+        if folder != ALL_FOLDERS:  # "in no folder" also takes one whose folder went (a database edited by hand)
+            query = query.where(or_(C.folder_id.is_(None), ~exists().where(F.id == C.folder_id)) if folder is None
+                                else C.folder_id == folder)
         if tag:
             query = query.where(exists().where(T.conversation_id == C.id, T.tag == tag))
         if term := search.strip().lower().replace("\x00", ""):  # as codec.search_text stores it
@@ -156,8 +157,9 @@ class ConversationStore(EngineStore):
         """Put the conversation in the owner's folder (None: in no folder). FolderRefused for a folder that is not
         theirs."""
         with self._writing() as session:
-            if folder_id is not None and not session.scalar(
-                    select(func.count()).where(F.owner == owner, F.id == folder_id)):
+            # Locked (shared) until the move commits: a deletion of the folder waits for it, then moves it out.
+            if folder_id is not None and session.scalar(
+                    select(F.id).where(F.owner == owner, F.id == folder_id).with_for_update(read=True)) is None:
                 raise FolderRefused("That folder does not exist (any more).")
             self._set_in(session, owner, id, folder_id=folder_id)
 

@@ -254,6 +254,10 @@ def test_folders_pins_and_tags_from_the_history_menu(app, database):
     stored = {item.id: item for item in database.list("local")}
     assert stored[taxes.id].folder_id == work.id and stored[taxes.id].pinned and stored[taxes.id].tags == ("money",
                                                                                                          "q4")
+    tags = next(m for m in app.multiselect if m.key.startswith(f"history_tags/{taxes.id}/"))
+    tags.set_value(["money", "q4", "x" * 41]).run()  # refused: the box shows what is stored, not what was typed
+    assert next(m for m in app.multiselect if m.key.startswith(f"history_tags/{taxes.id}/")).value == ["money", "q4"]
+    assert database.list("local")[0].tags == ("money", "q4")
     assert _listed(app) == ["About taxes", "About soup"]  # pinned first
     assert "Pinned" in [caption.value for caption in app.caption]
 

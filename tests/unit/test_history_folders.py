@@ -52,6 +52,10 @@ def test_folders_pins_and_tags_organise_the_list_and_search_crosses_them(stores)
     assert _titles(store, search="cumin", folder=work.id) == []
     assert store.tags("alice") == [("food", 1), ("money", 1), ("soup", 1)]
     assert [(f.name, f.conversations) for f in folders.list("alice", page="chat")] == [("Work", 1)]
+    tools = _conversation(store, "alice", "Tool run", "sum these", page="tools")
+    store.move("alice", tools, work.id)
+    assert [(f.conversations, f.every_page) for f in folders.list("alice", page="chat")] == [(1, 2)]
+    store.move("alice", tools, None)
 
     # Organising does not reorder by time, nor move the version another tab edits against.
     before = store.get("alice", old, with_messages=False)
@@ -107,12 +111,26 @@ def test_a_folder_is_deleted_with_or_without_its_conversations(stores):
     assert store.tags("alice") == [] and folders.list("alice") == []
     with pytest.raises(FolderRefused, match="does not exist"):
         folders.delete("alice", second.id)
+    with pytest.raises(FolderRefused, match="does not exist"):  # a move into a folder deleted meanwhile
+        store.move("alice", kept_out, second.id)
     other = _conversation(store, "bob", "Bob's", "hi")
     bobs = folders.create("bob", "Bob's folder")
     store.move("bob", other, bobs.id)
     with pytest.raises(FolderRefused):
         folders.delete("alice", bobs.id, with_conversations=True)
     assert store.get("bob", other).title == "Bob's"
+
+
+def test_a_conversation_whose_folder_is_gone_is_listed_as_in_no_folder(stores, engine):
+    from sqlalchemy import update
+
+    from app.storage.tables import ConversationRow
+
+    store, _ = stores
+    stray = _conversation(store, "alice", "Stray", "hello")
+    with engine.begin() as connection:  # as a database edited by hand, or an older race, could leave it
+        connection.execute(update(ConversationRow).where(ConversationRow.id == stray).values(folder_id="gone"))
+    assert [item.title for item in store.list("alice", folder=None)] == ["Stray"]
 
 
 def test_upgrading_from_0011_keeps_every_conversation_and_downgrading_keeps_every_message(database_url):

@@ -24,6 +24,7 @@ from app.storage.repository import ALL_FOLDERS
 
 _LISTED = 30
 _NOTICE = "_history_notice"
+_CONVERSATION_PAGES = ("chat", "tools", "all_tools")  # the pages with a history
 _NO_FOLDER = ""  # the filter's and the menu's "Not in a folder" (None reads as "nothing chosen" to a selectbox)
 
 
@@ -126,7 +127,8 @@ def day_group(when: datetime, now: datetime | None = None) -> str:
 def _entry_help(item: ConversationSummary, folders: dict[str, str]) -> str:
     where = [f"in {folders[item.folder_id]}"] if item.folder_id in folders else []
     tags = [" ".join(f"#{tag}" for tag in item.tags)] if item.tags else []
-    return " · ".join([f"{item.message_count} messages", f"{item.updated_at:%Y-%m-%d %H:%M} UTC", *where, *tags])
+    return safe_markdown(" · ".join([f"{item.message_count} messages", f"{item.updated_at:%Y-%m-%d %H:%M} UTC",
+                                     *where, *tags]))  # a tooltip is markdown: the user's names are text
 
 
 def _start_new(page: str, conversation: Conversation) -> None:
@@ -214,10 +216,26 @@ def _organise(who: str, item: ConversationSummary, folders: list[Folder]) -> Non
                  on_change=lambda: _organised(lambda: store().move(
                      who, item.id, st.session_state[folder_key] or None)))
     tags_key = f"history_tags/{item.id}/{','.join(item.tags)}"
-    known = sorted({tag for tag, _ in store().tags(who)} | set(item.tags))
+    try:
+        known = sorted({tag for tag, _ in store().tags(who)} | set(item.tags))
+    except StorageError:
+        known = list(item.tags)
     st.multiselect("Tags", known, default=list(item.tags), key=tags_key, accept_new_options=True,
-                   max_selections=MAX_TAGS, placeholder="Add a tag",
-                   on_change=lambda: _organised(lambda: store().set_tags(who, item.id, st.session_state[tags_key])))
+                   max_selections=MAX_TAGS, placeholder="Add a tag", on_change=_retag, args=(who, item, tags_key))
+
+
+def _retag(who: str, item: ConversationSummary, key: str) -> None:
+    """Store the tags; the box then shows what was stored (cleaned, or as it was when refused), not what was typed."""
+    kept: list[str] = list(item.tags)
+    try:
+        kept = store().set_tags(who, item.id, list(st.session_state.get(key) or []))
+    except FolderRefused as exc:
+        st.toast(safe_label(str(exc)), icon=":material/error:")
+    except ConversationNotFound:
+        st.toast("That conversation no longer exists.", icon=":material/error:")
+    except StorageError as exc:
+        st.toast(safe_label(f"Not saved: {exc}"), icon=":material/error:")
+    st.session_state[key] = kept
 
 
 def _organised(change: Callable[[], object]) -> None:
@@ -234,26 +252,30 @@ def _folders(page: str, conversation: Conversation, who: str, folders: list[Fold
     """Make a folder; rename or delete the one the list shows (with its conversations, or leaving them out of any
     folder)."""
     row = st.container(horizontal=True, vertical_alignment="bottom")
-    name = row.text_input("New folder", key="history_new_folder", max_chars=100, placeholder="A name")
-    row.button("Make", key="history_make_folder", disabled=not name.strip(), on_click=_make_folder, args=(who,))
+    row.text_input("New folder", key="history_new_folder", max_chars=100, placeholder="A name")
+    row.button("Make", key="history_make_folder", on_click=_make_folder, args=(who,))  # an empty name is refused
     shown = st.session_state.get(f"history_folder/{page}")
     folder = next((item for item in folders if item.id == shown), None)
     if folder is None:
         st.caption("Choose a folder in the list's filter to rename or delete it." if folders else
                    "No folders yet.")
         return
-    rename_key = f"history_rename_folder/{folder.id}"
-    st.text_input(f"Rename {folder.name}", value=folder.name, key=rename_key, max_chars=100,
+    rename_key = f"history_rename_folder/{folder.id}/{folder.name}"  # renamed (here or elsewhere): a new box
+    st.text_input(safe_label(f"Rename {folder.name}"), value=folder.name, key=rename_key, max_chars=100,
                   on_change=lambda: _organised(lambda: store_of(FolderStore).rename(
                       who, folder.id, st.session_state[rename_key])))
-    st.caption(safe_markdown(f"Delete **{folder.name}**: its {folder.conversations} conversations here"))
+    elsewhere = folder.every_page - folder.conversations
+    st.caption(safe_markdown(f"Delete **{folder.name}**: its {folder.conversations} conversations here"
+                             + (f" and **{elsewhere} on other pages**" if elsewhere else "")))
     actions = st.container(horizontal=True)
     actions.button("Keep them", key="history_delete_folder", icon=":material/folder_off:",
                    help="Delete the folder; its conversations stay, in no folder.",
                    on_click=_delete_folder, args=(page, conversation, who, folder, False))
-    actions.button("Delete them too", key="history_delete_folder_all", icon=":material/delete:", type="primary",
-                   help="Delete the folder and its conversations (of every page) for good.",
-                   on_click=_delete_folder, args=(page, conversation, who, folder, True))
+    with actions.popover("Delete them too", icon=":material/delete:", type="primary"):
+        st.write(safe_markdown(f"Delete **{folder.name}** and its {folder.every_page} conversations, of every page, "
+                               "for good?"))
+        st.button("Delete", key="history_delete_folder_all", type="primary",
+                  on_click=_delete_folder, args=(page, conversation, who, folder, True))
 
 
 def _make_folder(who: str) -> None:
@@ -273,12 +295,16 @@ def _delete_folder(page: str, conversation: Conversation, who: str, folder: Fold
         st.toast(safe_label(f"Not deleted: {exc}"), icon=":material/error:")
         return
     st.session_state[f"history_folder/{page}"] = ALL_FOLDERS
-    if with_conversations and (shown := persistence.binding(page).conversation_id) is not None:
+    for other in (_CONVERSATION_PAGES if with_conversations else ()):
+        # A page's open conversation that went with the folder: a new one takes its place (this page's at once).
+        if (shown := persistence.binding(other).conversation_id) is None:
+            continue
         try:
             store().get(who, shown, with_messages=False)
-        except ConversationNotFound:  # the open conversation went with the folder: a new one takes its place
-            persistence.start_new(page, conversation)
-            state.page_changed()
+        except ConversationNotFound:
+            persistence.start_new(other, conversation if other == page else state.conversation(other))
+            if other == page:
+                state.page_changed()
         except StorageError:
             pass
     st.toast(safe_label(f"Deleted the folder {folder.name} " + (
