@@ -100,7 +100,9 @@ def test_a_flood_of_junk_pictures_is_never_kept_and_the_app_stays_small(kernel):
                             "for _ in range(60): publish_display_data({'image/png': junk})")
     grown = rss_mb(trimmed=True) - before
     assert result.images == [] and "not a valid image/png image" in result.text()  # 181 MB of junk was kept
-    assert grown < 40, f"the app kept {grown:.0f} MB"
+    # Trimmed, the growth is 0-1 MB on an idle machine; a loaded CI run saw 55 MB (the reading threads' arenas
+    # under contention). The bug it guards against kept 181 MB.
+    assert grown < 90, f"the app kept {grown:.0f} MB"
     assert len(result.text()) < BUDGET
 
 

@@ -41,7 +41,8 @@ def send(at: AppTest, text: str = "Say hello") -> None:
 
 def pane_headers(at: AppTest) -> list[str]:
     return [m.value for m in at.markdown if m.value.startswith("**") and m.value.endswith("**")
-            and m.value not in ("**Targets**", "**Loaded models**", "**Tool calls**")
+            and m.value not in ("**Targets**", "**Loaded models**", "**Tool calls**",
+                                "**Save the settings as a preset**")
             and not m.value.startswith("**Which")]
 
 

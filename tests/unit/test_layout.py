@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("app.domain",),
     ("app.prompting",),
     ("app.tools", "app.clients"),
-    ("app.models",),
+    ("app.models", "app.presets"),
     ("app.storage",),
     ("app.knowledge",),
     ("app.mcp_client",),
