@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from app.presets.preset import Preset
 
-BUILT_IN_PREFIX = "Built-in: "
-
 PRECISE = Preset(
     name="Precise", temperature=0.0,
     description="The most likely words every time (greedy): the same question gets the same answer. For facts, "

@@ -93,10 +93,6 @@ class FolderStore(EngineStore):
             return rowcount(session.execute(update(C).where(*in_it).values(folder_id=None)
                                             .execution_options(synchronize_session=False)))
 
-    def owns(self, owner: str, folder_id: str) -> bool:
-        with self._reading() as session:
-            return bool(session.scalar(select(func.count()).where(F.owner == owner, F.id == folder_id)))
-
     @staticmethod
     def _check_free(session: Session, owner: str, name: str, other_than: str | None = None) -> None:
         query = select(F.id).where(F.owner == owner, func.lower(F.name) == name.lower())

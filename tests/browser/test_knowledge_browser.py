@@ -91,15 +91,7 @@ def test_a_collection_is_filled_on_the_knowledge_page_and_answers_on_the_chat_pa
 
     page.goto(app_url)  # the Chat page: choose the collection, ask
     model_loaded(page, 120_000)
-    chooser = page.get_by_test_id("stSidebar").get_by_test_id("stMultiSelect").filter(
-        has_text="Search my knowledge")
-    chooser.click()
-    page.get_by_role("option", name="Parish records").click()
-    page.keyboard.press("Escape")
-    box = page.get_by_test_id("stChatInputTextArea")
-    expect(box).to_be_enabled(timeout=120_000)
-    box.fill(FACTS[299][1])
-    box.press("Enter")
+    ask_from(page, "Parish records", FACTS[299][1])
     question = page.locator('[data-testid="stChatMessage"]').nth(0)
     expect(question).to_contain_text("Parish records", timeout=60_000)
     sources = question.get_by_test_id("stExpander").filter(has_text="Sources")
@@ -109,21 +101,26 @@ def test_a_collection_is_filled_on_the_knowledge_page_and_answers_on_the_chat_pa
     expect(sources).to_contain_text("[1] parish-records.pdf · page 299")
 
     page.goto(f"{app_url}/compare")  # both targets answer from the same passages, searched once
-    chooser = page.get_by_test_id("stSidebar").get_by_test_id("stMultiSelect").filter(
-        has_text="Search my knowledge")
-    chooser.click(timeout=60_000)
-    page.get_by_role("option", name="Parish records").click()
-    page.keyboard.press("Escape")
-    box = page.get_by_test_id("stChatInputTextArea")
-    expect(box).to_be_enabled(timeout=120_000)
-    box.fill(FACTS[158][1])
-    box.press("Enter")
+    ask_from(page, "Parish records", FACTS[158][1])
     cited = page.locator('[data-testid="stChatMessage"]').get_by_test_id("stExpander").filter(has_text="Sources")
     expect(cited).to_have_count(2, timeout=120_000)
     for pane in range(2):
         cited.nth(pane).locator("summary").click()
         expect(cited.nth(pane)).to_contain_text("[1] parish-records.pdf · page 158")
     page.close()
+
+
+def ask_from(page, collection: str, question: str) -> None:
+    """Choose the collection under the sidebar's Search my knowledge (Chat or Compare), then send the question."""
+    chooser = page.get_by_test_id("stSidebar").get_by_test_id("stMultiSelect").filter(
+        has_text="Search my knowledge")
+    chooser.click(timeout=60_000)
+    page.get_by_role("option", name=collection).click()
+    page.keyboard.press("Escape")
+    box = page.get_by_test_id("stChatInputTextArea")
+    expect(box).to_be_enabled(timeout=120_000)
+    box.fill(question)
+    box.press("Enter")
 
 
 def attach(page, path) -> None:
