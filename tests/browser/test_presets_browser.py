@@ -33,8 +33,11 @@ def test_a_preset_is_saved_applied_in_a_new_conversation_exported_and_imported(a
     page.get_by_role("button", name="Save as a new preset").click()
     expect(page.get_by_text("Saved the preset Pirate")).to_be_visible(timeout=30_000)
     page.keyboard.press("Escape")
+    expect(page.get_by_test_id("stPopoverBody")).to_be_hidden()  # while it shows, the sidebar is inert
 
-    page.get_by_test_id("stSidebar").get_by_role("button", name="New conversation").click()
+    sidebar = page.get_by_test_id("stSidebar")
+    sidebar.get_by_role("button", name="New conversation").click()
+    settle(page, sidebar)  # the new conversation's run redraws the settings
     section = generation_settings(page)
     prompt = section.get_by_label("System prompt")
     prompt.fill("")
@@ -75,5 +78,6 @@ def test_a_preset_is_saved_applied_in_a_new_conversation_exported_and_imported(a
     page.get_by_role("button", name="Import", exact=True).click()
     expect(page.get_by_text("Imported 1 preset: 1 new, 0 replaced.")).to_be_visible(timeout=30_000)
     page.keyboard.press("Escape")
+    expect(page.get_by_test_id("stPopoverBody")).to_be_hidden()
     _choose_preset(page, section, "Pirate")  # back in the list
     page.close()
