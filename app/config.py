@@ -41,6 +41,13 @@ def read_key_file(path: Path, what: str = "the key file") -> str:
     return key
 
 
+def mermaid_script() -> Path:
+    """The Mermaid library previews draw diagrams with: what `make setup` puts in the environment's share/ folder
+    (npm), or DEMO_MERMAID_JS."""
+    explicit = os.environ.get("DEMO_MERMAID_JS")
+    return Path(explicit).expanduser() if explicit else Path(sys.prefix) / "share" / "mermaid" / "mermaid.min.js"
+
+
 def sessions_dir() -> Path:
     """Where each browser session's Python folder is made; DEMO_SESSIONS_DIR overrides the system temp folder."""
     return Path(os.environ.get("DEMO_SESSIONS_DIR") or Path(tempfile.gettempdir()) / "composite-demo-sessions")

@@ -192,3 +192,21 @@ def test_a_send_in_a_long_conversation_keeps_the_window_and_the_model_sees_every
     # The prompt held the whole conversation (about 20 tokens a message), not only the messages drawn.
     prompt_tokens = int(re.search(r"prompt (\d+) tokens", rows[-1][2][0])[1])
     assert prompt_tokens > 100 * 20, rows[-1][2]
+
+
+def test_an_answer_with_html_gets_a_preview_that_opens_sandboxed_frames(app):
+    conversation = Conversation()
+    conversation.add(Message("user", "A page and a chart, please"))
+    conversation.add(Message("assistant", "```html\n<h1>Hi</h1>\n```\n\n```mermaid\ngraph TD\nA-->B\n```"))
+    conversation.add(Message("user", "Thanks"))
+    conversation.add(Message("assistant", "You are welcome. `<b>inline</b>` code is no page."))
+    app.session_state["conversation/chat"] = conversation
+    app.run()
+    assert [b.key for b in app.button if b.key.startswith("preview/")] == []  # the earlier answer's row is closed
+    app.button(key="more/chat/1").click().run()
+    assert [b.key for b in app.button if b.key.startswith("preview/")] == ["preview/chat/1"]  # none for the last
+    app.button(key="preview/chat/1").click().run()
+    assert not app.exception
+    frames = [e.proto.srcdoc for e in app.get("iframe")]
+    assert len(frames) == 2 and all('sandbox="allow-scripts"' in srcdoc for srcdoc in frames)
+    assert "kind=html&amp;source=%3Ch1%3EHi%3C%2Fh1%3E" in frames[0] and "kind=mermaid" in frames[1]

@@ -53,7 +53,8 @@ def _inline_script_hashes() -> list[str]:
 
 
 class ContentSecurityPolicy:
-    """ASGI middleware: the policy on every HTTP response (the WebSocket needs none)."""
+    """ASGI middleware: the policy on every HTTP response (the WebSocket needs none) that has none of its own. Only
+    the preview page has one (app/frontends/streamlit/previews/route.py): stricter, and sandboxed."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -65,7 +66,7 @@ class ContentSecurityPolicy:
 
         async def send_with_policy(message: Message) -> None:
             if message["type"] == "http.response.start":
-                MutableHeaders(scope=message)[HEADER] = policy()
+                MutableHeaders(scope=message).setdefault(HEADER, policy())
             await send(message)
 
         await self.app(scope, receive, send_with_policy)

@@ -1,4 +1,5 @@
-"""The row of actions under a message: copy; edit (a user message) or regenerate (an answer); and `‹ 2/3 ›` where
+"""The row of actions under a message: copy; a preview of an answer's HTML, SVG or Mermaid code
+(app/frontends/streamlit/previews/); edit (a user message) or regenerate (an answer); and `‹ 2/3 ›` where
 earlier versions of the conversation from that message on are kept (app/domain/conversation.py,
 Conversation.new_version).
 
@@ -13,6 +14,7 @@ import streamlit as st
 
 from app.domain.conversation import Conversation, Message
 from app.frontends.streamlit import persistence, state
+from app.frontends.streamlit.previews.frame import preview_button
 
 
 def user_actions(page: str, conversation: Conversation, index: int) -> None:
@@ -36,6 +38,7 @@ def answer_actions(page: str, conversation: Conversation, head: int, last: int) 
                        if m.role == "assistant" and m.content)
     with st.container(horizontal=True, gap="small", key=f"actions/{page}/{head}"):
         _copy(text)
+        preview_button(text, key=f"preview/{page}/{head}")
         st.button("Regenerate", key=f"regenerate/{page}/{head}", icon=":material/refresh:", type="tertiary",
                   on_click=regenerate, args=(page, conversation, head),
                   help="A new answer to the message above; this one stays as a version.")
