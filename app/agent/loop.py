@@ -433,7 +433,7 @@ def _generate(
     images: ImagePolicy,
 ) -> Generator[TurnEvent, None, Message]:
     """One generation, streamed; returns the assistant message it appended."""
-    answer = Message(role="assistant", metrics=AnswerMetrics())
+    answer = Message(role="assistant", metrics=AnswerMetrics(), model=client.capabilities.model_id)
     parts: list[str] = []
     thought: list[str] = []
     writing = PartialCalls()  # the calls being written

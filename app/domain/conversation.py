@@ -24,6 +24,8 @@ ImageFetcher = Callable[[str], bytes]
 ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
 FinishReason = Literal["stop", "length", "cancelled", "tool_calls", "error"]
 ToolStatus = Literal["ok", "failed", "stopped", "denied"]  # denied: the user declined to run the call
+Rating = Literal["up", "down"]
+MAX_FEEDBACK_COMMENT_CHARS = 2000
 
 
 def new_call_id() -> str:
@@ -234,6 +236,21 @@ def _flat(text: str) -> str:
 
 
 @dataclass
+class Feedback:
+    """A person's thumbs up or down on an answer, and what they said about it (optional). Kept with the answer, in
+    the history and in exports; counted per model (app/storage/repository.py, feedback_counts)."""
+
+    rating: Rating
+    comment: str = ""
+
+    def __post_init__(self) -> None:
+        if self.rating not in ("up", "down"):
+            raise ValueError(f"a rating is 'up' or 'down', not {self.rating!r}")
+        if len(self.comment) > MAX_FEEDBACK_COMMENT_CHARS:
+            raise ValueError(f"a comment has at most {MAX_FEEDBACK_COMMENT_CHARS:,} characters")
+
+
+@dataclass
 class Message:
     role: Role
     content: str = ""
@@ -248,6 +265,8 @@ class Message:
     display_text: str | None = None  # tool messages: the full output when the model reads a shortened one
     structured: dict[str, Any] | None = None  # tool messages: the result as a JSON object, where the tool gave one
     thinking: str = ""  # assistant: a reasoning model's thought; shown and kept, never sent back to a model
+    model: str = ""  # assistant: the model that wrote it (its id, as the client names it); "" where not known
+    feedback: Feedback | None = None  # assistant: the user's thumbs up or down, never sent to a model
     # The other versions of the conversation from this message on (earlier edits of a user message, earlier
     # answers to one): each a list of messages, headed by that version's own message at this place. The model only
     # ever sees the branch on screen; these are kept for the user to switch back to (Conversation.switch_version).

@@ -67,7 +67,8 @@ _HEADINGS = {"system": "System", "user": "User", "assistant": "Assistant", "tool
 def conversation_to_markdown(title: str, messages: Iterable[Message]) -> str:
     """A readable export: a heading per message, tool calls as fenced JSON (with the model's own arguments where the
     user edited them), tool output fenced (a structured result too, as JSON), images inline as data URIs, documents'
-    text fenced, a reasoning model's thought fenced above its answer, answer metrics and errors under the answer."""
+    text fenced, a reasoning model's thought fenced above its answer, answer metrics (with the model that wrote it),
+errors and the user's feedback under the answer."""
     blocks = [f"# {_escape_line(title) or 'Conversation'}"]
     for message in messages:
         blocks.extend(_message_blocks(message))
@@ -117,7 +118,12 @@ def _message_blocks(message: Message) -> list[str]:
     if message.error:
         blocks.append(f"> **Error:** {_escape_line(message.error)}")
     if message.metrics is not None:
-        blocks.append(f"_{message.metrics.summary()}_")
+        model = f"{_escape_line(message.model)} · " if message.model else ""
+        blocks.append(f"_{model}{message.metrics.summary()}_")
+    if message.feedback is not None:
+        thumb = "👍 Good answer" if message.feedback.rating == "up" else "👎 Bad answer"
+        comment = f": {_escape_line(message.feedback.comment)}" if message.feedback.comment else ""
+        blocks.append(f"**Feedback:** {thumb}{comment}")
     return blocks
 
 

@@ -7,7 +7,7 @@ import builtins
 import json
 import logging
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -231,6 +231,25 @@ class ConversationStore(EngineStore):
             first_dropped = session.scalar(select(M.seq).where(*shown).order_by(M.seq).offset(keep).limit(1))
             if first_dropped is not None:
                 session.execute(delete(M).where(*shown, M.seq >= first_dropped)
+                                .execution_options(synchronize_session=False))
+        return version
+
+    def replace_messages(self, owner: str, id: str, changes: Mapping[int, Message], expected_version: int,
+                         expected_count: int) -> int:
+        """Rewrite shown messages in place (`changes`: index among the shown messages -> the message now there):
+        a thumbs up on an early answer of a long conversation rewrites that one row, not all that follow it.
+        Returns the new version; VersionConflict as truncate's, the conversation having to hold `expected_count`
+        shown messages."""
+        with self._writing() as session:
+            version = self._bump_version(session, owner, id, expected_version)
+            seqs = session.scalars(select(M.seq).where(M.conversation_id == id, M.deleted == false())
+                                   .order_by(M.seq)).all()
+            if len(seqs) != expected_count or any(not 0 <= index < len(seqs) for index in changes):
+                raise VersionConflict(id, expected_version, version)  # rolled back with the transaction
+            for index, message in changes.items():
+                session.execute(update(M).where(M.conversation_id == id, M.seq == seqs[index])
+                                .values(payload=codec.encode_message_json(message),
+                                        search_text=codec.search_text(message))
                                 .execution_options(synchronize_session=False))
         return version
 

@@ -21,6 +21,8 @@ A message record is a JSON object; fields at their default are left out when wri
                       "sources": [{"number": int, "document": str, "location": str, "text": str,
                                    "passage_id": int | null}]}],  # "passages": what was retrieved
      "thinking": str,                                        # a reasoning model's thought
+     "model": str,                                           # the model that wrote an answer
+     "feedback": {"rating": "up" | "down", "comment": str},  # the user's thumbs on an answer
      "versions": [[message record, ...], ...],               # the other versions from this message on
      "version_index": int}                                   # this message's place among all of them
 
@@ -58,7 +60,15 @@ from pydantic import (
     field_validator,
 )
 
-from app.domain.conversation import AnswerMetrics, Attachment, Message, Source, ToolCall
+from app.domain.conversation import (
+    MAX_FEEDBACK_COMMENT_CHARS,
+    AnswerMetrics,
+    Attachment,
+    Feedback,
+    Message,
+    Source,
+    ToolCall,
+)
 from app.tools.policy import RunPolicy
 
 
@@ -176,6 +186,11 @@ class AttachmentRecord(Record):
     sources: list[SourceRecord] = Field(default_factory=list)
 
 
+class FeedbackRecord(Record):
+    rating: Literal["up", "down"]
+    comment: str = Field(default="", max_length=MAX_FEEDBACK_COMMENT_CHARS)
+
+
 class MessageRecord(Record):
     role: Literal["system", "user", "assistant", "tool"]
     content: str = ""
@@ -190,6 +205,8 @@ class MessageRecord(Record):
     structured: dict[str, Any] | None = None  # optional: records written before structured results have none
     attachments: list[AttachmentRecord] = Field(default_factory=list)
     thinking: str = ""
+    model: str = Field(default="", max_length=300)
+    feedback: FeedbackRecord | None = None
     # The other versions from this message on, each headed by its own message; and this message's place among them.
     versions: list[Annotated[list[MessageRecord], Field(min_length=1)]] = Field(default_factory=list)
     version_index: int = 0
@@ -217,6 +234,7 @@ class MessageRecord(Record):
             **self.__dict__,
             "tool_calls": [ToolCall(**call.__dict__) for call in self.tool_calls],
             "metrics": AnswerMetrics(**self.metrics.__dict__) if self.metrics else None,
+            "feedback": Feedback(**self.feedback.__dict__) if self.feedback else None,
             "attachments": [Attachment(**{**attachment.__dict__, "sources": [
                 Source(**source.__dict__) for source in attachment.sources]}) for attachment in self.attachments],
             "versions": [[record.to_message() for record in version] for version in self.versions],

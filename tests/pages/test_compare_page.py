@@ -286,3 +286,21 @@ def test_chosen_collections_that_cannot_be_read_are_said_to_be_missing(app, data
     compare = app.session_state["_compare_session"]
     assert all(pane.conversation.messages[0].attachments == [] for pane in compare.panes)
     assert all(pane.conversation.messages[-1].role == "assistant" for pane in compare.panes)  # answered anyway
+
+
+def test_the_leaderboard_counts_the_thumbs_answers_got_in_conversations_per_model(app, database):
+    from app.domain.conversation import Feedback, Message
+
+    for model, ratings in (("Qwen2.5-7B-Instruct", ["up", "up", "down"]), ("SmolLM2-135M-Instruct", ["down"])):
+        for rating in ratings:
+            made = database.create("local", "chat")
+            database.append("local", made, Message("user", "Hello"))
+            database.append("local", made, Message("assistant", "Hi", model=model,
+                                                   feedback=Feedback(rating, "short" if rating == "down" else "")))
+    database.append("local", database.create("local", "chat"), Message("assistant", "Not rated", model="Other"))
+    app.run()
+    (thumbs,) = app.dataframe
+    table = thumbs.value
+    assert list(table["model"]) == ["Qwen2.5-7B-Instruct", "SmolLM2-135M-Instruct"]
+    assert list(table["👍"]) == [2, 0] and list(table["👎"]) == [1, 1] and list(table["% up"]) == [67, 0]
+    assert list(table["with a comment"]) == [1, 1]

@@ -279,3 +279,30 @@ def test_folders_pins_and_tags_from_the_history_menu(app, database):
     app.button(key="history_delete_folder_all").click().run()  # the open conversation goes with it
     assert [item.title for item in database.list("local")] == ["About soup"]
     assert FolderStore(database.engine).list("local") == [] and shown(app) == []
+
+
+def test_thumbs_and_a_comment_are_saved_with_the_answer_and_counted_for_its_model(app, database):
+    from app.domain.conversation import Feedback
+    from app.storage.feedback import FeedbackCount, FeedbackStore
+
+    send(app, "Hello there")
+    send(app, "And again")
+    (entry,) = database.list("local", page="chat")
+    answer = database.get("local", entry.id).messages[3]
+    assert answer.model.startswith("tiny-model") and answer.feedback is None  # each answer names its model
+    (thumbs,) = [w for w in app.get("feedback") if w.key.startswith("feedback/chat/3/")]
+    thumbs.set_value(0).run()  # thumbs down
+    assert not app.exception
+    assert database.get("local", entry.id).messages[3].feedback == Feedback("down")
+    comment = next(w for w in app.text_area if w.key.startswith("feedback_comment/chat/3/"))
+    comment.input("It only repeated itself").run()
+    next(b for b in app.button if b.key.startswith("feedback_save/chat/3/")).click().run()
+    stored = database.get("local", entry.id)
+    assert stored.messages[3].feedback == Feedback("down", "It only repeated itself")
+    assert [m.content for m in stored.messages] == [m.content for m in app.session_state["conversation/chat"].messages]
+    assert FeedbackStore(database.engine).counts("local") == [FeedbackCount(answer.model, 0, 1, 1)]
+
+    (thumbs,) = [w for w in app.get("feedback") if w.key.startswith("feedback/chat/3/")]
+    assert thumbs.value == 0  # drawn as stored
+    thumbs.set_value(None).run()  # unrated again
+    assert database.get("local", entry.id).messages[3].feedback is None

@@ -1,7 +1,8 @@
 """The row of actions under a message: copy; a preview of an answer's HTML, SVG or Mermaid code
-(app/frontends/streamlit/previews/); edit (a user message) or regenerate (an answer); and `‹ 2/3 ›` where
+(app/frontends/streamlit/previews/); edit (a user message) or regenerate (an answer); `‹ 2/3 ›` where
 earlier versions of the conversation from that message on are kept (app/domain/conversation.py,
-Conversation.new_version).
+Conversation.new_version); and on an answer, thumbs up or down with a comment
+(app/frontends/streamlit/answer_feedback.py).
 
 Every action works on any message, not only the last: editing or regenerating an earlier one branches the
 conversation there, keeping what followed as a version to switch back to. The callbacks run before the next run
@@ -14,6 +15,7 @@ import streamlit as st
 
 from app.domain.conversation import Conversation, Message
 from app.frontends.streamlit import persistence, state
+from app.frontends.streamlit.answer_feedback import feedback_controls
 from app.frontends.streamlit.previews.frame import preview_button
 
 
@@ -43,6 +45,7 @@ def answer_actions(page: str, conversation: Conversation, head: int, last: int) 
                   on_click=regenerate, args=(page, conversation, head),
                   help="A new answer to the message above; this one stays as a version.")
         _versions(page, conversation, head)
+        feedback_controls(page, conversation, head, last)
 
 
 def regenerate(page: str, conversation: Conversation, head: int) -> None:

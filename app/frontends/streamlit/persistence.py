@@ -2,9 +2,10 @@
 
 The page keeps working on its in-memory Conversation; `save()` brings the database level with it after every
 event that changed it (a message sent, an answer or a tool result finished, Regenerate, Resend). It remembers a
-fingerprint of each message it saved, so it only appends what is new, and truncates (with the version it last
-saw) only when the conversation was rewound. When saving fails the conversation stays as it is on screen and the
-next save tries again: nothing is lost. Everything here lives in st.session_state; the store is one per process.
+fingerprint of each message it saved, so it only appends what is new, rewrites in place a message that changed
+(feedback on an answer), and truncates (with the version it last saw) only when the conversation was rewound. When
+saving fails the conversation stays as it is on screen and the next save tries again: nothing is lost. Everything
+here lives in st.session_state; the store is one per process.
 
 A stored conversation the page cannot show (a message in no shape this version reads, or anything that makes
 drawing it fail) is explained in its place, never a traceback, and stays in the history to export or delete; a
@@ -316,12 +317,17 @@ def _save(page: str, conversation: Conversation, bound: Binding, prints: list[st
         bound.conversation_id = db.create(who, page, settings=current_settings(page))
         bound.version, bound.saved = db.get(who, bound.conversation_id).version, []
         st.query_params[QUERY_KEY] = bound.conversation_id
-    common = 0
-    while common < min(len(prints), len(bound.saved)) and prints[common] == bound.saved[common]:
-        common += 1
-    if common < len(bound.saved):  # rewound (Regenerate, Resend): drop what follows, if nobody changed it since
-        bound.version = db.truncate(who, bound.conversation_id, common, bound.version, len(bound.saved))
+    saved = len(bound.saved)
+    changed = {index: conversation.messages[index] for index in range(min(saved, len(prints)))
+               if prints[index] != bound.saved[index]}
+    if changed and len(prints) >= saved:  # messages changed in place (feedback; a switch to a version as long)
+        bound.version = db.replace_messages(who, bound.conversation_id, changed, bound.version, saved)
+        bound.saved = prints[:saved]
+    elif len(prints) < saved:  # rewound (Regenerate, Resend): drop what follows, if nobody changed it since
+        common = min(changed, default=len(prints))
+        bound.version = db.truncate(who, bound.conversation_id, common, bound.version, saved)
         bound.saved = bound.saved[:common]
+    common = len(bound.saved)
     for message, print_ in zip(conversation.messages[common:], prints[common:], strict=True):
         db.append(who, bound.conversation_id, message)
         bound.saved.append(print_)

@@ -1,4 +1,4 @@
-"""The blind vote under the panes, and the leaderboard with its downloads.
+"""The blind vote under the panes, the leaderboard with its downloads, and the thumbs answers got in conversations.
 
 A vote compares the last turn's answers: with two panes, A better / B better / tie / both bad, one stored vote;
 with three or four, the best one (each pair it won stored as a win) or "tie" / "all bad" (each pair stored so). It
@@ -21,6 +21,7 @@ from app.frontends.streamlit.compare_panes.compare_session import CompareSession
 from app.frontends.streamlit.safe_markdown import safe_label, safe_markdown
 from app.storage import CompareVoteStore, StorageError
 from app.storage.compare_votes import Verdict
+from app.storage.feedback import FeedbackStore
 
 log = logging.getLogger(__name__)
 _NOTICE = "_compare_vote_notice"
@@ -137,3 +138,22 @@ def render_leaderboard(labels: list[str]) -> None:
                                key="compare_download_votes_csv", icon=":material/download:")
     columns[3].download_button("Votes JSON", export.votes_json(votes), "votes.json", "application/json",
                                key="compare_download_votes_json", icon=":material/download:")
+
+
+def render_thumbs() -> None:
+    """The thumbs up and down this user gave answers in Chat, Tools and All Tools, per model that wrote them."""
+    who = persistence.owner()
+    if who is None:
+        return
+    try:
+        counts = persistence.store_of(FeedbackStore).counts(who)
+    except StorageError as exc:
+        st.warning(safe_markdown(f"The feedback could not be read: {exc}"), icon=":material/cloud_off:")
+        return
+    st.markdown("**Thumbs on answers**, per model")
+    if not counts:
+        st.caption("No answer rated yet: the thumbs under an answer in Chat, Tools or All Tools count here.")
+        return
+    st.dataframe([{"model": count.model, "rated": count.rated, "👍": count.up, "👎": count.down,
+                   "% up": round(100 * count.share_up), "with a comment": count.comments} for count in counts],
+                 hide_index=True, width="stretch")

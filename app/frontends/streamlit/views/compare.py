@@ -139,3 +139,4 @@ if any(pane.conversation.messages for pane in compare.panes):
               help="Empty the panes (votes stay in the leaderboard).")
 with st.expander("Leaderboard", icon=":material/leaderboard:"):
     votes.render_leaderboard([target.label for target in chosen])
+    votes.render_thumbs()
