@@ -48,6 +48,12 @@ def mermaid_script() -> Path:
     return Path(explicit).expanduser() if explicit else Path(sys.prefix) / "share" / "mermaid" / "mermaid.min.js"
 
 
+def speech_model_setting() -> str:
+    """DEMO_SPEECH_MODEL: the speech-recognition model voice input uses (a folder, or a Hub id already in the Hugging
+    Face cache); "" lets the model library choose one (app/speech/transcriber.py)."""
+    return os.environ.get("DEMO_SPEECH_MODEL", "").strip()
+
+
 def sessions_dir() -> Path:
     """Where each browser session's Python folder is made; DEMO_SESSIONS_DIR overrides the system temp folder."""
     return Path(os.environ.get("DEMO_SESSIONS_DIR") or Path(tempfile.gettempdir()) / "composite-demo-sessions")

@@ -24,6 +24,7 @@ if "DEMO_DATABASE_URL" not in os.environ or os.environ.get(_OWN_DATABASE) == "1"
 
 from tests.tiny_model import TEST_DEVICE, build_tiny_model  # noqa: E402  (after the offline settings above)
 from tests.tiny_vlm import build_tiny_vlm  # noqa: E402
+from tests.tiny_whisper import build_tiny_whisper  # noqa: E402
 
 # ----- what runs where: markers from the fixtures a test uses, and CI lets nothing else skip -------------------
 # `item.fixturenames` holds every fixture a test needs, also those it gets through other fixtures (app_url needs
@@ -36,9 +37,11 @@ BROWSER_FIXTURES = {"browser"}
 # Real models: the tiny ones built in code (random weights, real tokenizers and templates), SmolLM2, vLLM's engines,
 # and a newcomer's clone, whose app loads SmolLM2. Fixtures of test modules that build a model themselves are named
 # too, as are the functions that build one, for a test that calls them directly.
-MODEL_FIXTURES = {"tiny_model_dir", "tiny_vlm_dir", "tiny_client", "tiny_vlm_client", "smollm2_dir", "smol_client",
-                  "family_client", "thinker_dir", "newcomer", *VLLM_FIXTURES, *LLAMACPP_FIXTURES}
-MODEL_BUILDERS = {"build_tiny_model", "build_scripted_model", "build_tiny_vlm", "ensure_embedded_model"}
+MODEL_FIXTURES = {"tiny_model_dir", "tiny_vlm_dir", "tiny_whisper_dir", "tiny_client", "tiny_vlm_client",
+                  "smollm2_dir", "smol_client", "family_client", "thinker_dir", "newcomer", *VLLM_FIXTURES,
+                  *LLAMACPP_FIXTURES}
+MODEL_BUILDERS = {"build_tiny_model", "build_scripted_model", "build_tiny_vlm", "build_tiny_whisper",
+                  "ensure_embedded_model"}
 
 
 # `make test` runs the suite in two phases: DEMO_TEST_PHASE=parallel, the tests that leave a core idle about half the
@@ -164,6 +167,12 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_vlm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_vlm(tmp_path_factory.mktemp("tiny-vlm"))
+
+
+@pytest.fixture(scope="session")
+def tiny_whisper_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Whisper-shaped speech model, in a folder of its own (named as a model the library would find)."""
+    return build_tiny_whisper(tmp_path_factory.mktemp("speech") / "tiny-whisper")
 
 
 @pytest.fixture(scope="session")

@@ -28,6 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("app.prompting",),
     ("app.tools", "app.clients"),
     ("app.models", "app.presets"),
+    ("app.speech",),
     ("app.storage",),
     ("app.knowledge",),
     ("app.mcp_client",),

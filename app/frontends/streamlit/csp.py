@@ -24,7 +24,8 @@ HEADER = "Content-Security-Policy"
 
 @cache
 def policy() -> str:
-    """Same origin only; pictures and media also from data: and blob: URLs, which never leave the browser."""
+    """Same origin only; pictures, media and the recorder's reads also from data: and blob: URLs, which never leave
+    the browser."""
     scripts = " ".join(f"'sha256-{digest}'" for digest in _inline_script_hashes())
     return "; ".join([
         "default-src 'self'",
@@ -33,7 +34,7 @@ def policy() -> str:
         "img-src 'self' data: blob:",
         "media-src 'self' data: blob:",
         "font-src 'self' data:",
-        "connect-src 'self'",
+        "connect-src 'self' blob:",  # the chat input's recorder reads its recording back from a blob: URL
         "worker-src 'self' blob:",
         "frame-src 'self'",
         "object-src 'none'",

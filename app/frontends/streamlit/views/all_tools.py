@@ -6,7 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app.agent.attachments import ATTACHMENT_TYPES
-from app.frontends.streamlit import approvals, mcp_library, sidebar, state, tool_settings, welcome
+from app.frontends.streamlit import approvals, mcp_library, sidebar, state, tool_settings, voice_input, welcome
 from app.frontends.streamlit.chat_page import answer_if_asked, show_model
 from app.frontends.streamlit.client_cache import load_client
 from app.frontends.streamlit.messages import render_history
@@ -70,10 +70,12 @@ with st.expander("What the tools can do, and what the Python sandbox does and do
 # Open while an answer is written, as on the Chat page (views/chat.py says why).
 box = approvals.message_box(welcome.PLACEHOLDERS[PAGE], conversation)
 submitted = st.chat_input(box.placeholder, disabled=box.disabled, key="all_tools_input",
-                          accept_file="multiple", file_type=ATTACHMENT_TYPES)
+                          accept_file="multiple", file_type=ATTACHMENT_TYPES, accept_audio=True)
+submitted = voice_input.take(PAGE, submitted)  # a recording becomes a draft to correct (views/chat.py)
 submitted = mcp_library.render(PAGE, "all_tools_input", submitted)  # servers' prompts and resources
 conversation_box = render_history(PAGE, conversation, tools_of_session.browser.link_citations, tools)
 with conversation_box:  # the new message and the answer go on in it
+    voice_input.render_draft(PAGE)
     welcome.render(PAGE, conversation, tools, submitted=submitted)
     answer_if_asked(PAGE, submitted, conversation, client, settings, tools,
                     on_upload=tools_of_session.save_upload, transform=tools_of_session.browser.link_citations,
