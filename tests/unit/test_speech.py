@@ -12,7 +12,13 @@ import numpy as np
 import pytest
 
 from app.speech.audio import MAX_SECONDS, SAMPLE_RATE, AudioError, read_wav
-from app.speech.transcriber import SpeechModelMissing, Transcriber, speech_model_path
+from app.speech.transcriber import (
+    SpeechModel,
+    SpeechModelMissing,
+    Transcriber,
+    TranscriptionError,
+    find_speech_model,
+)
 
 
 def wav_bytes(seconds: float, rate: int = SAMPLE_RATE, channels: int = 1, width: int = 2,
@@ -60,31 +66,61 @@ def test_what_cannot_be_read_is_refused_with_the_reason():
         read_wav(wav_bytes(MAX_SECONDS + 1, rate=8000, width=1, amplitude=0.0))
 
 
-def test_a_recording_is_transcribed_in_30_second_parts_saying_how_far_it_is(tiny_whisper_dir):
-    model = Transcriber(tiny_whisper_dir)
+def test_a_recording_is_transcribed_saying_how_far_it_is_and_what_is_heard_counts(tiny_whisper_dir):
+    model = Transcriber(SpeechModel(tiny_whisper_dir, "tiny-whisper"))
     heard: list[tuple[int, int]] = []
-    text = model.transcribe(read_wav(wav_bytes(45.0)), lambda done, total: heard.append((done, total)))
-    assert heard == [(1, 2), (2, 2)]
+    text = model.transcribe(read_wav(wav_bytes(3.0)), lambda done, total: heard.append((done, total)))
+    assert heard == [(0, 1), (1, 1)]
     assert text.strip() and "<|" not in text  # words, without Whisper's special tokens
-    assert model.transcribe(read_wav(wav_bytes(45.0))) == text  # greedy: the same recording, the same words
+    assert model.transcribe(read_wav(wav_bytes(3.0))) == text  # greedy: the same recording, the same words
+    assert model.transcribe(read_wav(wav_bytes(3.0, amplitude=0.01))) != text  # another sound, other words
+
+
+def test_a_long_recording_goes_through_long_form_decoding_window_by_window(tiny_whisper_dir):
+    model = Transcriber(SpeechModel(tiny_whisper_dir, "tiny-whisper"))
+    heard: list[tuple[int, int]] = []
+    text = model.transcribe(read_wav(wav_bytes(75.0)), lambda done, total: heard.append((done, total)))
+    windows = [step for step in heard if step[1] > 1]  # Whisper's own: frames read of the frames in all
+    assert len(windows) >= 3 and windows[0] == (0, 7500) and all(done < 7500 for done, _ in windows)
+    assert [done for done, _ in windows] == sorted(done for done, _ in windows) and heard[-1] == (1, 1)
+    assert text.strip()
+
+
+def test_a_multilingual_model_is_asked_to_transcribe_and_finds_the_language_itself(tmp_path):
+    from tests.tiny_whisper import build_tiny_whisper
+
+    model = Transcriber(SpeechModel(build_tiny_whisper(tmp_path / "tiny-whisper-multilingual", multilingual=True),
+                                    "multilingual"))
+    assert model.transcribe(read_wav(wav_bytes(75.0))).strip()  # no "English-only" or language error
 
 
 def test_the_speech_model_comes_from_the_library_or_the_setting_and_its_absence_says_what_to_fetch(
         tiny_whisper_dir, monkeypatch, tmp_path):
+    from app.speech import transcriber
+
+    def found() -> SpeechModel:
+        transcriber._found.clear()  # the answer holds a minute: each step here asks again
+        return find_speech_model()
+
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/models, LM Studio or Ollama of the machine's
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.delenv("DEMO_SPEECH_MODEL", raising=False)
     monkeypatch.setenv("DEMO_MODEL_DIRS", str(tmp_path / "nothing-here"))
     with pytest.raises(SpeechModelMissing) as missing:
-        speech_model_path()
+        found()
     said = str(missing.value)
     assert "openai/whisper-base" in said and "Models" in said and "not sent anywhere" in said
     monkeypatch.setenv("DEMO_MODEL_DIRS", str(tiny_whisper_dir.parent))  # where the library looks
-    assert speech_model_path() == tiny_whisper_dir
+    assert found() == SpeechModel(tiny_whisper_dir, "tiny-whisper")
     elsewhere = tmp_path / "chosen"
     elsewhere.mkdir()
     monkeypatch.setenv("DEMO_SPEECH_MODEL", str(elsewhere))
-    assert speech_model_path() == elsewhere
+    assert found() == SpeechModel(elsewhere, "chosen")
     monkeypatch.setenv("DEMO_SPEECH_MODEL", "someone/not-fetched")
-    with pytest.raises(SpeechModelMissing, match="neither a folder nor a model in the Hugging Face cache"):
-        speech_model_path()
+    with pytest.raises(SpeechModelMissing, match="neither a folder nor a model in the Hugging Face cache: correct"):
+        found()
+
+
+def test_a_folder_that_is_no_speech_model_fails_to_load_with_the_reason(tiny_model_dir):
+    with pytest.raises(TranscriptionError, match="could not be loaded"):
+        Transcriber(SpeechModel(tiny_model_dir, "a chat model"))

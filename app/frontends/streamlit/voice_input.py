@@ -1,9 +1,12 @@
 """Voice input on the chat pages: the chat input's microphone records, the recording is transcribed on this machine
-(app/speech/) in place, with its progress, into a box where the words can be corrected before they are sent. Without
-a speech model, the box says which one to fetch and how; the recording goes nowhere.
+(app/speech/) in place, with its progress, into a draft where the words can be corrected before they are sent.
+Without a speech model, the message box says so before anything is recorded, and a recording made anyway goes
+nowhere.
 
-A page calls `take` on its chat input's value (a recording is kept for this run, and a draft's Send comes back as
-the page's submitted message), then `render_draft` where its new messages go."""
+A page calls `placeholder` for its message box's text, `take` on the box's value (a recording is kept for this
+run, and a draft's Send comes back as the page's submitted message), then `render_draft` where its new messages go.
+A recording stays kept until its words are in the draft: a run cut short (another click) transcribes it again. A
+new recording adds its words to the draft; the draft stays until it is sent or discarded, like typed text."""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ import streamlit as st
 
 from app.frontends.streamlit.safe_markdown import safe_markdown
 from app.speech.audio import AudioError, read_wav
-from app.speech.transcriber import SpeechModelMissing, TranscriptionError, transcriber
+from app.speech.transcriber import SpeechModelMissing, TranscriptionError, find_speech_model, transcriber
 
 
 @dataclass(frozen=True)
@@ -48,12 +51,21 @@ class _Recorded:
 class _Draft:
     text: str
     files: list[Upload]
-    note: str  # how it was made: "Transcribed 3.2 s with whisper-base on this machine"
+    note: str  # how it was made: "Transcribed 3.2 s with openai/whisper-base on this machine."
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])  # a new text box per draft
 
 
 def _key(kind: str, page: str) -> str:
     return f"voice_{kind}/{page}"
+
+
+def placeholder(text: str) -> str:
+    """The message box's text, saying before anything is recorded that the microphone has no model to use."""
+    try:
+        find_speech_model()
+    except SpeechModelMissing:
+        return f"{text} · the microphone needs a speech model: see the Models page"
+    return text
 
 
 def take(page: str, submitted: Any) -> Any:
@@ -66,43 +78,54 @@ def take(page: str, submitted: Any) -> Any:
     if audio is None:
         return submitted
     files = [Upload(upload.name, upload.getvalue()) for upload in getattr(submitted, "files", None) or []]
-    st.session_state[_key("recorded", page)] = _Recorded(audio.getvalue(), getattr(submitted, "text", "") or "", files)
+    recorded = _Recorded(audio.getvalue(), getattr(submitted, "text", "") or "", files)
+    st.session_state.setdefault(_key("recorded", page), []).append(recorded)
     return None
 
 
-def render_draft(page: str) -> None:
-    """A recording just made, transcribed here; then the draft to correct and send, if there is one."""
-    recorded: _Recorded | None = st.session_state.pop(_key("recorded", page), None)
-    if recorded is not None:
-        _transcribe(page, recorded)
+def render_draft(page: str, disabled: bool = False) -> None:
+    """The recordings just made, transcribed here; then the draft to correct and send, if there is one. `disabled`:
+    the page takes no message now (calls wait for approval), so the draft waits too."""
+    pending: list[_Recorded] = st.session_state.get(_key("recorded", page), [])
+    while pending:
+        _transcribe(page, pending[0])
+        pending.pop(0)  # only now: a run cut short while transcribing leaves it for the next
     draft: _Draft | None = st.session_state.get(_key("draft", page))
     if draft is None:
         return
     with st.container(border=True, key=f"voice_draft/{page}"):
         st.caption(f":material/mic: {draft.note} Correct it if needed, then send.")
         text_key = f"voice_text/{page}/{draft.id}"
-        st.text_area("Your words", value=draft.text, key=text_key, height=110)
+        st.text_area("Your words", value=draft.text, key=text_key, height=110, on_change=_edited,
+                     args=(page, text_key))
         if draft.files:
             st.caption(safe_markdown("With " + ", ".join(upload.name for upload in draft.files)))
         with st.container(horizontal=True, gap="small"):
             st.button("Send", key=f"voice_send_button/{page}", type="primary", icon=":material/send:",
-                      on_click=_send, args=(page, text_key))
+                      on_click=_send, args=(page, text_key), disabled=disabled,
+                      help="Answer the tool calls above first" if disabled else None)
             st.button("Discard", key=f"voice_discard/{page}", type="tertiary", icon=":material/delete:",
                       on_click=_discard, args=(page,))
 
 
 def _transcribe(page: str, recorded: _Recorded) -> None:
     def keep(note: str, text: str = "") -> None:
-        words = " ".join(part for part in (recorded.typed.strip(), text.strip()) if part)
-        if words or recorded.files:
-            st.session_state[_key("draft", page)] = _Draft(words, recorded.files, note)
+        """The words into the draft, after those already there (a second recording adds to the first)."""
+        draft: _Draft | None = st.session_state.get(_key("draft", page))
+        words = [part for part in (recorded.typed.strip(), text.strip()) if part]
+        if draft is None and not words and not recorded.files:
+            return
+        if draft is not None:
+            words.insert(0, draft.text.strip())
+        files = [*(draft.files if draft else []), *recorded.files]
+        st.session_state[_key("draft", page)] = _Draft(" ".join(w for w in words if w), files, note)
 
     try:
         recording = read_wav(recorded.audio)
         if recording.silent:
             st.warning("The recording is silent: check that the browser uses the right microphone and that it is "
                        "not muted, then record again.", icon=":material/mic_off:")
-            keep("Nothing was heard in the recording.")
+            keep("Nothing was heard in the last recording.")
             return
         with st.spinner("Loading the speech model..."):
             model = transcriber()
@@ -111,20 +134,30 @@ def _transcribe(page: str, recorded: _Recorded) -> None:
             bar = st.progress(0.0, text="Listening...")
 
             def advance(done: int, total: int) -> None:
-                bar.progress(done / total, text=f"{done} of {total} part{'s' if total > 1 else ''} done")
+                bar.progress(min(done / total, 1.0), text=f"{min(100 * done // total, 100)}% done")
 
             text = model.transcribe(recording, advance)
             status.update(label=f"Transcribed {recording.seconds:.1f} s of speech", state="complete",
                           expanded=False)
     except SpeechModelMissing as exc:
         st.warning(safe_markdown(str(exc)), icon=":material/mic_off:")
-        keep("No speech model: your typed text, kept.")
+        keep("No speech model: what you typed is kept.")
         return
     except (AudioError, TranscriptionError) as exc:
         st.error(safe_markdown(f"{exc} Nothing was sent."), icon=":material/mic_off:")
-        keep("The recording could not be transcribed.")
+        keep("The last recording could not be transcribed.")
         return
+    if not text:
+        st.warning(f"No words were recognised in the {recording.seconds:.1f} s recorded: speak closer to the "
+                   "microphone, or type instead.", icon=":material/hearing_disabled:")
     keep(f"Transcribed {recording.seconds:.1f} s with {model.name} on this machine.", text)
+
+
+def _edited(page: str, text_key: str) -> None:
+    """Corrections kept with the draft: its box is not drawn on another page, and its state would go."""
+    draft: _Draft | None = st.session_state.get(_key("draft", page))
+    if draft is not None:
+        draft.text = str(st.session_state.get(text_key, ""))
 
 
 def _send(page: str, text_key: str) -> None:

@@ -69,13 +69,13 @@ with st.expander("What the tools can do, and what the Python sandbox does and do
 # Pinned to the bottom wherever it is called: called first, so that the welcome knows whether a message came.
 # Open while an answer is written, as on the Chat page (views/chat.py says why).
 box = approvals.message_box(welcome.PLACEHOLDERS[PAGE], conversation)
-submitted = st.chat_input(box.placeholder, disabled=box.disabled, key="all_tools_input",
+submitted = st.chat_input(voice_input.placeholder(box.placeholder), disabled=box.disabled, key="all_tools_input",
                           accept_file="multiple", file_type=ATTACHMENT_TYPES, accept_audio=True)
 submitted = voice_input.take(PAGE, submitted)  # a recording becomes a draft to correct (views/chat.py)
 submitted = mcp_library.render(PAGE, "all_tools_input", submitted)  # servers' prompts and resources
 conversation_box = render_history(PAGE, conversation, tools_of_session.browser.link_citations, tools)
 with conversation_box:  # the new message and the answer go on in it
-    voice_input.render_draft(PAGE)
+    voice_input.render_draft(PAGE, disabled=box.disabled)
     welcome.render(PAGE, conversation, tools, submitted=submitted)
     answer_if_asked(PAGE, submitted, conversation, client, settings, tools,
                     on_upload=tools_of_session.save_upload, transform=tools_of_session.browser.link_citations,

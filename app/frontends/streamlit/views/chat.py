@@ -27,8 +27,8 @@ show_model(client)
 # Not submit_mode="disable": Streamlit 1.67 can leave that box disabled after the run has ended, when a timer
 # fragment (the model status) finishes just after the run, until some other click reruns the page.
 # The microphone records; voice_input transcribes on this machine into a draft to correct, then send.
-prompt = st.chat_input(welcome.PLACEHOLDERS[PAGE], key="chat_input", accept_file="multiple", file_type=ATTACHMENT_TYPES,
-                       accept_audio=True)
+prompt = st.chat_input(voice_input.placeholder(welcome.PLACEHOLDERS[PAGE]), key="chat_input", accept_file="multiple",
+                       file_type=ATTACHMENT_TYPES, accept_audio=True)
 prompt = voice_input.take(PAGE, prompt)
 conversation_box = render_history(PAGE, conversation)
 with conversation_box:  # the new message and the answer go on in it

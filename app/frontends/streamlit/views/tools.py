@@ -27,11 +27,12 @@ if client is not None:
 # Pinned to the bottom wherever it is called: called first, so that the welcome knows whether a message came.
 # Open while an answer is written, as on the Chat page (views/chat.py says why).
 box = approvals.message_box(welcome.PLACEHOLDERS[PAGE], conversation)
-prompt = st.chat_input(box.placeholder, disabled=box.disabled, key="tools_input", accept_audio=True)
+prompt = st.chat_input(voice_input.placeholder(box.placeholder), disabled=box.disabled, key="tools_input",
+                       accept_audio=True)
 prompt = voice_input.take(PAGE, prompt)  # a recording becomes a draft to correct (views/chat.py)
 prompt = mcp_library.render(PAGE, "tools_input", prompt)  # servers' prompts and resources; attaches the chosen ones
 conversation_box = render_history(PAGE, conversation, tools=tools)
 with conversation_box:  # the new message and the answer go on in it
-    voice_input.render_draft(PAGE)
+    voice_input.render_draft(PAGE, disabled=box.disabled)
     welcome.render(PAGE, conversation, tools, submitted=prompt)
     answer_if_asked(PAGE, prompt, conversation, client, settings, tools)
