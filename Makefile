@@ -9,12 +9,14 @@ PIP := $(PY) -m pip
 HOST ?= 127.0.0.1
 PORT ?= 8501
 STAMP := $(VENV)/.installed
+MERMAID_VERSION := 12.3.0
+MERMAID_STAMP := $(VENV)/share/mermaid/.version-$(MERMAID_VERSION)
 # This machine's pip config lists local indexes that may not exist; keep their warnings out of the log.
 QUIET_PIP := sed '/^WARNING: Location .file:/d'
 
 .PHONY: setup setup-vllm setup-vllm-cpu setup-llamacpp llama-server test-llamacpp run serve mcp compare lint docs test test-quick test-vllm test-newcomer bench model browser sandbox clean
 
-setup: $(STAMP) model sandbox $(VENV)/.llamacpp $(MERMAID)
+setup: $(STAMP) model sandbox $(VENV)/.llamacpp $(MERMAID_STAMP)
 
 $(STAMP): requirements.txt $(wildcard requirements/*.txt) pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,17 +32,18 @@ $(STAMP): requirements.txt $(wildcard requirements/*.txt) pyproject.toml
 	@touch $@
 
 # The Mermaid library that previews of answers' diagrams load from the app itself (never from a CDN): its release
-# tarball from npm, of which we keep the one bundled script and the licence (MIT). Without npm, or offline, set-up goes
-# on and the preview says how to get it; the next `make setup` tries again.
-MERMAID_VERSION := 12.3.0
-MERMAID := $(VENV)/share/mermaid/mermaid.min.js
-$(MERMAID): $(STAMP)
+# tarball from npm, of which we keep the one bundled script and the licence (MIT), once per version. Without npm, or
+# offline, set-up goes on and the preview says how to get it; the next `make setup` tries again.
+$(MERMAID_STAMP): | $(STAMP)
 	@if ! command -v npm > /dev/null; then echo "npm is missing: Mermaid previews stay off (install Node.js, then make setup)."; \
-	else tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
-	  if (cd "$$tmp" && npm pack --silent --fetch-retries=1 mermaid@$(MERMAID_VERSION) > /dev/null 2>npm.log \
+	else tmp=$$(mktemp -d); \
+	  if (cd "$$tmp" && npm pack --silent --prefer-offline --fetch-retries=0 --fetch-timeout=15000 \
+	        mermaid@$(MERMAID_VERSION) > npm.log 2>&1 \
 	      && tar xzf mermaid-$(MERMAID_VERSION).tgz package/dist/mermaid.min.js package/LICENSE); then \
-	    mkdir -p $(@D) && cp "$$tmp/package/LICENSE" $(@D)/LICENSE && cp "$$tmp/package/dist/mermaid.min.js" $@; \
-	  else echo "Could not fetch Mermaid $(MERMAID_VERSION) with npm: Mermaid previews stay off until make setup runs online."; fi; fi
+	    mkdir -p $(@D) && cp "$$tmp/package/LICENSE" $(@D)/LICENSE && cp "$$tmp/package/dist/mermaid.min.js" $(@D)/ \
+	      && touch $@; \
+	  else tail -5 "$$tmp/npm.log"; echo "Could not fetch Mermaid $(MERMAID_VERSION) with npm: Mermaid previews stay off until make setup runs online."; fi; \
+	  rm -rf "$$tmp"; fi
 
 # vLLM for NVIDIA GPUs: its own CUDA build of torch comes with it (several GB).
 setup-vllm: setup

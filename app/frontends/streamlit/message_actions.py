@@ -36,11 +36,11 @@ def user_actions(page: str, conversation: Conversation, index: int) -> None:
 def answer_actions(page: str, conversation: Conversation, head: int, last: int) -> None:
     """Copy, regenerate and the versions of the answer that messages `head`..`last` make up (one assistant bubble:
     its answers, tool calls and results)."""
-    text = "\n\n".join(m.content for m in conversation.messages[head : last + 1]
-                       if m.role == "assistant" and m.content)
+    texts = [m.content for m in conversation.messages[head : last + 1] if m.role == "assistant" and m.content]
+    text = "\n\n".join(texts)
     with st.container(horizontal=True, gap="small", key=f"actions/{page}/{head}"):
         _copy(text)
-        preview_button(text, key=f"preview/{page}/{head}")
+        preview_button(texts, key=f"preview/{page}/{head}")
         st.button("Regenerate", key=f"regenerate/{page}/{head}", icon=":material/refresh:", type="tertiary",
                   on_click=regenerate, args=(page, conversation, head),
                   help="A new answer to the message above; this one stays as a version.")
