@@ -24,7 +24,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from app.clients.client_protocol import Client, ClientError, GenerationParams, PromptWarming, ToolRequest
-from app.domain.conversation import AnswerMetrics, CallFragment, Conversation, Message, PartialCalls, ToolCall
+from app.domain.conversation import (
+    MAX_MODEL_NAME,
+    AnswerMetrics,
+    CallFragment,
+    Conversation,
+    Message,
+    PartialCalls,
+    ToolCall,
+)
 from app.prompting.chat_format import ImagePolicy, process_input
 from app.tools.policy import RunPolicy
 from app.tools.provenance import foreign_text, read_passages
@@ -433,7 +441,7 @@ def _generate(
     images: ImagePolicy,
 ) -> Generator[TurnEvent, None, Message]:
     """One generation, streamed; returns the assistant message it appended."""
-    answer = Message(role="assistant", metrics=AnswerMetrics(), model=client.capabilities.model_id)
+    answer = Message(role="assistant", metrics=AnswerMetrics(), model=client.capabilities.model_id[:MAX_MODEL_NAME])
     parts: list[str] = []
     thought: list[str] = []
     writing = PartialCalls()  # the calls being written

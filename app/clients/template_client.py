@@ -30,8 +30,12 @@ class LocalTemplateClient(ABC):
 
     @property
     def model_name(self) -> str:
-        """The model's name, as the API serves it: its folder's (or file's) name."""
-        return self.model_path.name
+        """The model's name, as the API serves it and answers record it: its folder's (or file's) name; for a
+        snapshot in the Hugging Face cache (models--org--name/snapshots/<revision>), its Hub id, not the revision."""
+        path = self.model_path
+        if path.parent.name == "snapshots" and path.parent.parent.name.startswith("models--"):
+            return path.parent.parent.name.removeprefix("models--").replace("--", "/")
+        return path.name
 
     @functools.cached_property
     def generation_defaults(self) -> GenerationDefaults:

@@ -26,6 +26,7 @@ FinishReason = Literal["stop", "length", "cancelled", "tool_calls", "error"]
 ToolStatus = Literal["ok", "failed", "stopped", "denied"]  # denied: the user declined to run the call
 Rating = Literal["up", "down"]
 MAX_FEEDBACK_COMMENT_CHARS = 2000
+MAX_MODEL_NAME = 300  # Message.model: an API server's model may be named anything
 
 
 def new_call_id() -> str:
@@ -238,7 +239,7 @@ def _flat(text: str) -> str:
 @dataclass
 class Feedback:
     """A person's thumbs up or down on an answer, and what they said about it (optional). Kept with the answer, in
-    the history and in exports; counted per model (app/storage/repository.py, feedback_counts)."""
+    the history and in exports; counted per model (app/storage/feedback.py, FeedbackStore.counts)."""
 
     rating: Rating
     comment: str = ""

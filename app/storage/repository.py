@@ -241,9 +241,13 @@ class ConversationStore(EngineStore):
         Returns the new version; VersionConflict as truncate's, the conversation having to hold `expected_count`
         shown messages."""
         with self._writing() as session:
-            version = self._bump_version(session, owner, id, expected_version)
-            seqs = session.scalars(select(M.seq).where(M.conversation_id == id, M.deleted == false())
-                                   .order_by(M.seq)).all()
+            shown = session.execute(select(M.seq, M.payload).where(M.conversation_id == id, M.deleted == false())
+                                    .order_by(M.seq)).all()
+            seqs = [row[0] for row in shown]
+            rated_only = all(0 <= index < len(shown) and _without_feedback(shown[index][1]) == _without_feedback(
+                codec.encode_message_json(message)) for index, message in changes.items())
+            # A rating is no edit: the conversation keeps its place in the history (updated_at), as with a pin.
+            version = self._bump_version(session, owner, id, expected_version, touch=not rated_only)
             if len(seqs) != expected_count or any(not 0 <= index < len(seqs) for index in changes):
                 raise VersionConflict(id, expected_version, version)  # rolled back with the transaction
             for index, message in changes.items():
@@ -349,11 +353,15 @@ class ConversationStore(EngineStore):
         return row
 
     @staticmethod
-    def _bump_version(session: Session, owner: str, id: str, expected: int, **values: Any) -> int:
-        """Compare-and-set in one statement: the version goes up only if it still is `expected`."""
+    def _bump_version(session: Session, owner: str, id: str, expected: int, touch: bool = True,
+                      **values: Any) -> int:
+        """Compare-and-set in one statement: the version goes up only if it still is `expected`. `touch`: the
+        conversation counts as changed now (updated_at, its place in the history)."""
+        if touch:
+            values["updated_at"] = _now()
         version = session.execute(
             update(C).where(C.id == id, C.owner == owner, C.version == expected)
-            .values(version=C.version + 1, updated_at=_now(), **values).returning(C.version)
+            .values(version=C.version + 1, **values).returning(C.version)
             .execution_options(synchronize_session=False)).scalar_one_or_none()
         if version is not None:
             return version
@@ -361,6 +369,14 @@ class ConversationStore(EngineStore):
         if actual is None:
             raise ConversationNotFound(id)
         raise VersionConflict(id, expected, actual)
+
+
+def _without_feedback(payload: str) -> Any:
+    """A stored message's record without its feedback (what a rating leaves unchanged)."""
+    record = _as_json(payload)
+    if isinstance(record, dict):
+        record.pop("feedback", None)
+    return record
 
 
 def _as_json(payload: str) -> Any:

@@ -62,6 +62,7 @@ from pydantic import (
 
 from app.domain.conversation import (
     MAX_FEEDBACK_COMMENT_CHARS,
+    MAX_MODEL_NAME,
     AnswerMetrics,
     Attachment,
     Feedback,
@@ -205,7 +206,7 @@ class MessageRecord(Record):
     structured: dict[str, Any] | None = None  # optional: records written before structured results have none
     attachments: list[AttachmentRecord] = Field(default_factory=list)
     thinking: str = ""
-    model: str = Field(default="", max_length=300)
+    model: str = Field(default="", max_length=MAX_MODEL_NAME)
     feedback: FeedbackRecord | None = None
     # The other versions from this message on, each headed by its own message; and this message's place among them.
     versions: list[Annotated[list[MessageRecord], Field(min_length=1)]] = Field(default_factory=list)

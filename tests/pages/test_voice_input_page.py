@@ -6,13 +6,14 @@ fetch and how."""
 from __future__ import annotations
 
 from app.frontends.streamlit import voice_input
-from tests.helpers import open_app
+from tests.helpers import TOOLS_PAGE, open_app
 from tests.unit.test_speech import wav_bytes
 
 
 def _record(at, text: str = "", seconds: float = 3.0, page: str = "chat") -> None:
     """What `take` does with the chat input's value when it holds a recording."""
-    at.session_state[f"voice_recorded/{page}"] = voice_input._Recorded(wav_bytes(seconds), text, [])
+    kept = at.session_state[f"voice_recorded/{page}"] if f"voice_recorded/{page}" in at.session_state else []
+    at.session_state[f"voice_recorded/{page}"] = [*kept, voice_input._Recorded(wav_bytes(seconds), text, [])]
 
 
 def _captions(at) -> str:
@@ -78,5 +79,21 @@ def test_take_keeps_a_recording_for_the_draft_and_passes_anything_else_on():
     at.run()
     assert at.session_state["plain"] == "typed" and at.session_state["none"] is None
     assert at.session_state["recorded"] is None  # not sent: kept for the draft
-    kept = at.session_state["voice_recorded/chat"]
+    (kept,) = at.session_state["voice_recorded/chat"]
     assert (kept.audio, kept.typed, kept.files) == (b"RIFF....WAVE", "and", [voice_input.Upload("notes.txt", b"milk")])
+
+
+def test_on_the_tools_page_a_second_recording_adds_to_the_draft(monkeypatch, tiny_model_dir, tiny_whisper_dir):
+    monkeypatch.setenv("DEMO_SPEECH_MODEL", str(tiny_whisper_dir))
+    with open_app(monkeypatch, tiny_model_dir, page=TOOLS_PAGE) as at:
+        _record(at, "Convert", page="tools")
+        at.run()
+        assert not at.exception
+        assert "Transcribed 3.0 s with tiny-whisper on this machine." in _captions(at)
+        (draft,) = [area for area in at.text_area if area.key.startswith("voice_text/tools/")]
+        draft.input("Convert 5 km to miles").run()  # corrected, then more said
+        _record(at, "", seconds=2.0, page="tools")
+        at.run()
+        (draft,) = [area for area in at.text_area if area.key.startswith("voice_text/tools/")]
+        assert draft.value.startswith("Convert 5 km to miles ") and len(draft.value) > len("Convert 5 km to miles ")
+        assert not at.button(key="voice_send_button/tools").disabled

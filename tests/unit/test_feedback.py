@@ -98,3 +98,30 @@ def test_feedback_travels_in_exports_and_a_bad_one_in_an_import_says_where(engin
     exported["metadata"][1]["feedback"] = {"rating": "up", "comment": "x" * 2001}
     with pytest.raises(ImportRejected, match="comment"):
         store.import_json("bob", json.dumps(exported).encode())
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_rating_keeps_the_conversations_place_in_the_history_and_an_edit_moves_it(engine):
+    store = ConversationStore(engine)
+    older, _ = _stored(store, "alice", [("Old question", "Old answer", "SmolLM2")])
+    newer, _ = _stored(store, "alice", [("New question", "New answer", "SmolLM2")])
+    assert [item.id for item in store.list("alice")] == [newer, older]
+    rated = Message("assistant", "Old answer", model="SmolLM2", feedback=Feedback("up"))
+    version = store.replace_messages("alice", older, {1: rated}, store.get("alice", older).version, 2)
+    assert [item.id for item in store.list("alice")] == [newer, older]  # a rating is no edit
+    store.replace_messages("alice", older, {1: Message("assistant", "Another answer", model="SmolLM2")}, version, 2)
+    assert [item.id for item in store.list("alice")] == [older, newer]
+
+
+def test_an_answer_records_its_model_by_its_hub_id_not_the_cache_revision(tiny_model_dir, tmp_path):
+    from app.clients.hf.hf_client import HFClient
+    from app.config import ModelSettings
+
+    snapshot = tmp_path / "hub" / "models--someone--Tiny-Chat" / "snapshots" / ("0123abcd" * 5)
+    snapshot.parent.mkdir(parents=True)
+    snapshot.symlink_to(tiny_model_dir, target_is_directory=True)
+    client = HFClient(ModelSettings(dtype="float32", model_path=str(snapshot), device="cpu"))
+    try:
+        assert client.capabilities.model_id == "someone/Tiny-Chat"
+    finally:
+        client.close()

@@ -79,7 +79,8 @@ def actions_open(page: str, conversation_id: str | None, conversation: Conversat
 def more_button(page: str, conversation_id: str | None, index: int) -> None:
     """The one light control of a message whose actions are not drawn: a click draws them."""
     st.button("", key=f"more/{page}/{index}", icon=":material/more_horiz:", type="tertiary",
-              help="Copy, edit or regenerate", on_click=_open_actions, args=(page, conversation_id, index))
+              help="Copy, edit, regenerate, preview or rate", on_click=_open_actions,
+              args=(page, conversation_id, index))
 
 
 def _open_actions(page: str, conversation_id: str | None, index: int) -> None:
