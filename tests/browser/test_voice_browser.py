@@ -12,7 +12,7 @@ import re
 from playwright.sync_api import expect
 
 from tests.conftest import CHROMIUM, CHROMIUM_ARGS
-from tests.helpers import generation_settings, model_loaded, settle, streamlit_app
+from tests.helpers import model_loaded, set_number, settle, streamlit_app
 from tests.unit.test_speech import wav_bytes
 
 
@@ -35,10 +35,7 @@ def test_a_recording_from_the_microphone_is_transcribed_corrected_and_sent(brows
                     if "Content Security Policy" in message.text else None)
             page.goto(url)
             model_loaded(page, model="tiny-model")
-            tokens = generation_settings(page).get_by_role("spinbutton", name="Max new tokens")
-            tokens.fill("8")
-            tokens.press("Enter")
-            page.wait_for_timeout(1000)
+            set_number(page, "Max new tokens", "8")
 
             box = page.get_by_test_id("stChatInput")
             box.get_by_role("button", name="Start recording").click()

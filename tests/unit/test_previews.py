@@ -115,7 +115,7 @@ def test_mermaid_is_served_from_this_machine_or_the_page_says_how_to_get_it(tmp_
     monkeypatch.setenv("DEMO_MERMAID_JS", str(script))
     client = _served_app()
     missing = client.get(f"{route.PATH}/mermaid.js")
-    assert missing.status_code == 404 and "make setup" in missing.text
+    assert missing.status_code == 404 and "make mermaid" in missing.text
     script.write_text("globalThis.mermaid = {};")
     served = client.get(f"{route.PATH}/mermaid.js")
     assert served.status_code == 200 and served.text == "globalThis.mermaid = {};"

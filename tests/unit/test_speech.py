@@ -6,6 +6,7 @@ recording transcribed by a Whisper-shaped model (random weights: nonsense words,
 from __future__ import annotations
 
 import io
+import time
 import wave
 
 import numpy as np
@@ -110,6 +111,14 @@ def test_the_speech_model_comes_from_the_library_or_the_setting_and_its_absence_
         found()
     said = str(missing.value)
     assert "openai/whisper-base" in said and "Models" in said and "not sent anywhere" in said
+    assert transcriber.speech_model_known() is False  # as found: the message box says so, without a search
+    transcriber._found.clear()
+    assert transcriber.speech_model_known() is None  # not known yet: looked for on a thread, the page goes on
+    for _ in range(100):
+        if transcriber.speech_model_known() is not None:
+            break
+        time.sleep(0.05)
+    assert transcriber.speech_model_known() is False
     monkeypatch.setenv("DEMO_MODEL_DIRS", str(tiny_whisper_dir.parent))  # where the library looks
     assert found() == SpeechModel(tiny_whisper_dir, "tiny-whisper")
     elsewhere = tmp_path / "chosen"

@@ -17,7 +17,7 @@ from app.clients.backends import BACKENDS
 from app.clients.choice import default_backend
 from app.clients.client_protocol import GenerationParams
 from app.clients.embedded_model import model_folder
-from app.clients.generation_defaults import SAMPLING_FIELDS, defaults_for_settings
+from app.clients.generation_defaults import SAMPLING_FIELDS, defaults_for_settings, display_name
 from app.config import ModelSettings
 from app.frontends.streamlit import api_keys, model_library, preferences, presets, sampling_settings
 from app.frontends.streamlit.safe_markdown import safe_label
@@ -62,7 +62,7 @@ def model_name(settings: ModelSettings) -> str:
     """The model these settings name, before it is loaded: the folder's or file's name, or the API model id."""
     if settings.backend == "openai":
         return settings.api_model or "the server's first model"
-    return model_folder(settings.model_path).name
+    return display_name(model_folder(settings.model_path))
 
 
 def _chosen_before_drawing(defaults: ModelSettings) -> ModelSettings:

@@ -10,6 +10,7 @@ new recording adds its words to the draft; the draft stays until it is sent or d
 
 from __future__ import annotations
 
+import logging
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +19,9 @@ import streamlit as st
 
 from app.frontends.streamlit.safe_markdown import safe_markdown
 from app.speech.audio import AudioError, read_wav
-from app.speech.transcriber import SpeechModelMissing, TranscriptionError, find_speech_model, transcriber
+from app.speech.transcriber import SpeechModelMissing, TranscriptionError, speech_model_known, transcriber
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -60,10 +63,9 @@ def _key(kind: str, page: str) -> str:
 
 
 def placeholder(text: str) -> str:
-    """The message box's text, saying before anything is recorded that the microphone has no model to use."""
-    try:
-        find_speech_model()
-    except SpeechModelMissing:
+    """The message box's text, saying before anything is recorded that the microphone has no model to use (as
+    last found: the page never waits for the search)."""
+    if speech_model_known() is False:
         return f"{text} · the microphone needs a speech model: see the Models page"
     return text
 
@@ -88,8 +90,14 @@ def render_draft(page: str, disabled: bool = False) -> None:
     the page takes no message now (calls wait for approval), so the draft waits too."""
     pending: list[_Recorded] = st.session_state.get(_key("recorded", page), [])
     while pending:
-        _transcribe(page, pending[0])
-        pending.pop(0)  # only now: a run cut short while transcribing leaves it for the next
+        recorded = pending[0]
+        try:
+            _transcribe(page, recorded)
+        except Exception:  # not a rerun or a stop (BaseException): said once, not tried at every run
+            log.exception("Transcribing a recording failed")
+            st.error("The recording could not be transcribed (the app's log says why). Nothing was sent.",
+                     icon=":material/mic_off:")
+        _done(page, recorded)  # only now: a run cut short while transcribing leaves it for the next
     draft: _Draft | None = st.session_state.get(_key("draft", page))
     if draft is None:
         return
@@ -119,6 +127,7 @@ def _transcribe(page: str, recorded: _Recorded) -> None:
             words.insert(0, draft.text.strip())
         files = [*(draft.files if draft else []), *recorded.files]
         st.session_state[_key("draft", page)] = _Draft(" ".join(w for w in words if w), files, note)
+        _done(page, recorded)  # in the draft: a rerun from here on must not add its words again
 
     try:
         recording = read_wav(recorded.audio)
@@ -137,7 +146,8 @@ def _transcribe(page: str, recorded: _Recorded) -> None:
                 bar.progress(min(done / total, 1.0), text=f"{min(100 * done // total, 100)}% done")
 
             text = model.transcribe(recording, advance)
-            status.update(label=f"Transcribed {recording.seconds:.1f} s of speech", state="complete",
+            keep(f"Transcribed {recording.seconds:.1f} s with {model.name} on this machine.", text)  # before any
+            status.update(label=f"Transcribed {recording.seconds:.1f} s of speech", state="complete",  # rerun
                           expanded=False)
     except SpeechModelMissing as exc:
         st.warning(safe_markdown(str(exc)), icon=":material/mic_off:")
@@ -150,7 +160,12 @@ def _transcribe(page: str, recorded: _Recorded) -> None:
     if not text:
         st.warning(f"No words were recognised in the {recording.seconds:.1f} s recorded: speak closer to the "
                    "microphone, or type instead.", icon=":material/hearing_disabled:")
-    keep(f"Transcribed {recording.seconds:.1f} s with {model.name} on this machine.", text)
+
+
+def _done(page: str, recorded: _Recorded) -> None:
+    pending: list[_Recorded] = st.session_state.get(_key("recorded", page), [])
+    if any(item is recorded for item in pending):
+        pending.remove(recorded)
 
 
 def _edited(page: str, text_key: str) -> None:

@@ -8,7 +8,7 @@ inner frame sandboxed without allow-same-origin:
   its links from navigating anywhere else;
 - a page's scripts run only when the person turns them on for it: the frame then loads the app's HTML page
   (route.py), sandboxed with allow-scripts alone. The switch says what that allows: CSP cannot forbid WebRTC, which
-  the page takes away from the scripts, but a determined script may find another way to a network it may reach;
+  the page takes away from the scripts' window, but a script can get it back from a frame of its own;
 - a Mermaid diagram is drawn by the library on the app's Mermaid page (route.py): the diagram's text runs nothing.
 """
 
@@ -63,8 +63,10 @@ def show(preview: Preview, key: str) -> None:
     scripts = False
     if preview.kind == "html" and preview.has_script:
         scripts = st.toggle("Run the page's scripts", key=f"{key}/scripts", help=(
-            "Its scripts run in a sandbox with no access to this app, your cookies or the page's network requests; "
-            "WebRTC is taken away from them too. Still, run only a page you would open in a browser tab."))
+            "Its scripts run in a sandbox with no access to this app or your cookies, and its policy stops their "
+            "requests. WebRTC, which no policy governs, is taken away from the page, but a determined script can "
+            "get it back through a frame of its own and reach the network: run only a page you would open in a "
+            "browser tab."))
     if (scripts or preview.kind == "mermaid") and len(_fragment(preview)) > MAX_URL_CHARS:
         st.warning("This block is too large to preview with scripts: copy it into a file to open it.",
                    icon=":material/warning:")

@@ -11,8 +11,9 @@ opaque origin (no cookie, storage or DOM of the app's; no top navigation, pop-up
 with `connect-src 'none'` lets it fetch nothing. The HTML page's scripts may be inline only (no script from anywhere,
 the app included); the Mermaid page runs its own script (by its hash) and what that script adds (the library). A
 page opened other than in a frame draws nothing: a link to it is no page on the app's origin. One way out CSP does
-not govern is WebRTC: the HTML page takes it away from the scripts it runs before writing them, which is why running
-a page's scripts is the person's choice (frame.py says so where it is chosen).
+not govern is WebRTC: the HTML page takes it away from the window its scripts run in before writing them, a hurdle
+rather than a wall (a script can reach a fresh frame's own through window[0]), which is why running a page's
+scripts is the person's choice, and frame.py says so where it is chosen.
 """
 
 from __future__ import annotations
@@ -58,8 +59,8 @@ function problem(text) {
 """
 
 # WebRTC is taken away before the page is written (the same window lives on through document.open), from this
-# window and from any frame the page might make to fetch a fresh copy; then the page replaces this document, from a
-# task (document.open does nothing while this document is still being parsed).
+# window and from frame elements (window[0] still reaches a fresh frame's window: a hurdle, not a wall); then the
+# page replaces this document, from a task (document.open does nothing while this one is still being parsed).
 _HTML_SCRIPT = _ONLY_IN_A_FRAME + """["RTCPeerConnection", "webkitRTCPeerConnection", "RTCDataChannel",
  "RTCIceTransport", "RTCRtpSender", "RTCRtpReceiver"].forEach(function (name) {
   try { Object.defineProperty(window, name, {value: undefined, writable: false, configurable: false}); }
@@ -77,7 +78,7 @@ setTimeout(function () { document.open(); document.write(source); document.close
 _MERMAID_SCRIPT = _ONLY_IN_A_FRAME + """var script = document.createElement("script");
 script.src = "mermaid.js";
 script.onerror = function () {
-  problem("The Mermaid library is not on this machine: run `make setup` (it fetches it with npm) and reload.");
+  problem("The Mermaid library is not on this machine: run `make mermaid` (it fetches it with npm) and reload.");
 };
 function draw() {
   var diagram = document.createElement("pre"); diagram.className = "mermaid"; diagram.textContent = source;
@@ -146,7 +147,7 @@ async def _mermaid(request: Request) -> Response:
     path: Path = mermaid_script()
     headers = {**_HEADERS, "Content-Security-Policy": "default-src 'none'; sandbox"}
     if not path.is_file():
-        return PlainTextResponse(f"Mermaid is not installed at {path}: run `make setup`.", status_code=404,
+        return PlainTextResponse(f"Mermaid is not installed at {path}: run `make mermaid`.", status_code=404,
                                  headers=headers)
     return FileResponse(path, media_type="text/javascript", headers={**headers, "Cache-Control": "max-age=86400"})
 
