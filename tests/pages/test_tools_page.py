@@ -10,14 +10,14 @@ from tests.helpers import CHAT_PAGE, TOOLS_PAGE, open_app
 
 
 @pytest.fixture
-def tiny_app(monkeypatch, tiny_model_dir):
+def tiny_app(monkeypatch, tiny_model_dir, database):  # a database of its own: no other test's documents in it
     with open_app(monkeypatch, tiny_model_dir, page=TOOLS_PAGE, timeout=180, temperature=0.0,
                   max_new_tokens=300) as at:
         yield at
 
 
 @pytest.fixture
-def smol_app(monkeypatch, smollm2_dir):
+def smol_app(monkeypatch, smollm2_dir, database):
     with open_app(monkeypatch, smollm2_dir, page=TOOLS_PAGE, timeout=180, temperature=0.0,
                   max_new_tokens=60) as at:
         yield at
