@@ -34,6 +34,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("app.mcp_client",),
     ("app.agent",),
     ("app.compare",),
+    ("app.evals",),
     ("app.frontends", "app.frontends.api", "app.frontends.mcp", "app.frontends.streamlit"),
     ("app.main",),
 )
