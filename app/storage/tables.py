@@ -6,7 +6,8 @@ mcp_tokens hold each user's sign-ins to MCP servers, encrypted (app/storage/mcp_
 votes of the Compare page (app/storage/compare_votes.py); knowledge_collections, knowledge_documents and
 knowledge_chunks hold users' documents as searchable passages, knowledge_files their files as uploaded and
 knowledge_vectors the passages' embeddings (app/storage/knowledge.py); presets hold each user's saved settings
-(app/storage/presets.py); folders and conversation_tags organise the history.
+(app/storage/presets.py); folders and conversation_tags organise the history; eval_sets hold each user's eval
+sets and eval_runs their runs' reports (app/storage/eval_sets.py).
 The migrations in migrations/versions create exactly this; tests compare the two."""
 
 from __future__ import annotations
@@ -310,6 +311,36 @@ class PresetRow(Base):
     updated_at: Mapped[datetime]
 
     __table_args__ = (Index("ix_presets_owner_name", "owner", "name", unique=True),)
+
+
+class EvalSetRow(Base):
+    """One user's eval set (app/storage/eval_sets.py): the whole set as one document, as app/evals/cases.py checks
+    it; `version` guards a read-modify-write (a case added in two tabs at once)."""
+
+    __tablename__ = "eval_sets"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)  # a random UUID4
+    owner: Mapped[str] = mapped_column(String(200))
+    name: Mapped[str] = mapped_column(String(200))
+    document: Mapped[dict[str, Any]]
+    version: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+    __table_args__ = (Index("ix_eval_sets_owner_name", "owner", "name", unique=True),)
+
+
+class EvalRunRow(Base):
+    """One run of an eval set: its report (app/evals/report.py), gone with the set."""
+
+    __tablename__ = "eval_runs"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    set_id: Mapped[str] = mapped_column(String(36), ForeignKey("eval_sets.id", ondelete="CASCADE"))
+    created_at: Mapped[datetime]
+    report: Mapped[dict[str, Any]]
+
+    __table_args__ = (Index("ix_eval_runs_set_id_created_at", "set_id", "created_at"),)
 
 
 class ApiFileRow(Base):
