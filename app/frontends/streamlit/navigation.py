@@ -32,6 +32,7 @@ def run() -> None:
         "compare": st.Page(views_dir / "compare.py", title="Compare",
                            icon=":material/view_column:"),
         "knowledge": st.Page(views_dir / "knowledge.py", title="Knowledge", icon=":material/library_books:"),
+        "evals": st.Page(views_dir / "evals.py", title="Evals", icon=":material/fact_check:"),
         "models": st.Page(views_dir / "models.py", title="Models", icon=":material/neurology:"),
     }
     # Streamlit forgets a widget's value when a run does not draw it; keep page settings across page switches.
@@ -45,6 +46,6 @@ def run() -> None:
     persistence.save(page_name, conversation)  # what the last run changed (a stopped answer, Regenerate, Resend)
     mcp_sign_in.finish_from_url()  # back from an MCP server's sign-in page, with ?code=...&state=...
     sidebar.render(page_name)
-    if page_name not in ("compare", "knowledge", "models"):  # Compare's panes are not one conversation
+    if page_name not in ("compare", "knowledge", "models", "evals"):  # Compare's panes are not one conversation
         history.render(page_name, conversation)
     current.run()
