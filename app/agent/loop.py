@@ -23,6 +23,9 @@ from contextlib import closing
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from opentelemetry.context import Context
+from opentelemetry.trace import Status, StatusCode
+
 from app.clients.client_protocol import Client, ClientError, GenerationParams, PromptWarming, ToolRequest
 from app.domain.conversation import (
     MAX_MODEL_NAME,
@@ -34,6 +37,7 @@ from app.domain.conversation import (
     ToolCall,
 )
 from app.prompting.chat_format import ImagePolicy, process_input
+from app.telemetry import spans
 from app.tools.policy import RunPolicy
 from app.tools.provenance import foreign_text, read_passages
 from app.tools.questions import AskedQuestion
@@ -225,7 +229,7 @@ def run_turn(
     may see them). An answer that calls an "ask" tool ends the turn with ApprovalNeeded, then TurnDone."""
     turn = _Turn(client, conversation, params, system_prompt, cancel or threading.Event(), tools,
                  _image_policy(client, images or ImagePolicy()))
-    yield from _loop(turn, rounds_used=0)
+    yield from _traced(turn, rounds_used=0)
 
 
 def warm_turn(client: Client, params: GenerationParams, system_prompt: str = "",
@@ -281,7 +285,7 @@ def resume_turn(
     assert answer is not None
     turn = _Turn(client, conversation, params, system_prompt, cancel or threading.Event(), tools,
                  _image_policy(client, images or ImagePolicy()))
-    return _loop(turn, _rounds_used(conversation), resumed=(answer, waiting, decided, started))
+    return _traced(turn, _rounds_used(conversation), resumed=(answer, waiting, decided, started))
 
 
 STOPPED_BEFORE_RUNNING = "The user stopped the turn before this call ran."
@@ -323,9 +327,23 @@ class _Turn:
     cancel: threading.Event
     tools: ToolSettings | None
     images: ImagePolicy
+    trace: Context | None = None  # the turn's span (app/telemetry/spans.py): its model and tool calls' parent
 
 
 _Resumed = tuple[Message, list[ToolCall], dict[str, Decision], dict[str, RunningCall]]
+
+
+def _traced(turn: _Turn, rounds_used: int, resumed: _Resumed | None = None) -> Generator[TurnEvent, None, None]:
+    """The loop inside the turn's span (app/telemetry/spans.py), ended however the turn ends."""
+    span, context = spans.start_turn(turn.client.capabilities.model_id, turn.client.backend)
+    try:
+        yield from _loop(replace(turn, trace=context), rounds_used, resumed)
+    except Exception as exc:
+        span.record_exception(exc)
+        span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"[:500]))
+        raise
+    finally:
+        span.end()
 
 
 def _loop(turn: _Turn, rounds_used: int, resumed: _Resumed | None = None) -> Generator[TurnEvent, None, None]:
@@ -343,7 +361,7 @@ def _loop(turn: _Turn, rounds_used: int, resumed: _Resumed | None = None) -> Gen
                 break
             request = tools.request(round_index) if tools and offered.names else None
             answer = yield from _generate(turn.client, turn.conversation, turn.params, turn.system_prompt,
-                                          turn.cancel, request, turn.images)
+                                          turn.cancel, request, turn.images, turn.trace)
             round_index += 1
             if answer.error or answer.stopped or not answer.tool_calls or tools is None:
                 break
@@ -353,8 +371,13 @@ def _loop(turn: _Turn, rounds_used: int, resumed: _Resumed | None = None) -> Gen
                 break
             calls = answer.tool_calls
         for call in calls:
-            message = yield from _answer_call(offered, turn.conversation, call, decisions.get(call.id), turn.cancel,
-                                              started.get(call.id))
+            span = spans.start_tool(turn.trace or Context(), call, tools.policy(call.name) if tools else None)
+            message = None
+            try:
+                message = yield from _answer_call(offered, turn.conversation, call, decisions.get(call.id),
+                                                  turn.cancel, started.get(call.id))
+            finally:
+                spans.end_tool(span, message)
             if message is None or message.tool_status == "stopped":  # a question for the user, or stopped
                 yield TurnDone(answer)
                 return
@@ -439,15 +462,20 @@ def _generate(
     cancel: threading.Event,
     request: ToolRequest | None,
     images: ImagePolicy,
+    trace: Context | None = None,
 ) -> Generator[TurnEvent, None, Message]:
-    """One generation, streamed; returns the assistant message it appended."""
+    """One generation, streamed, in its span (a child of `trace`, the turn's); returns the assistant message it
+    appended."""
     answer = Message(role="assistant", metrics=AnswerMetrics(), model=client.capabilities.model_id[:MAX_MODEL_NAME])
+    span = None
     parts: list[str] = []
     thought: list[str] = []
     writing = PartialCalls()  # the calls being written
     started = time.perf_counter()
     try:
         messages = process_input(conversation, system_prompt, images)
+        span = spans.start_chat(trace or Context(), answer.model, client.backend, params, messages)
+        answer.trace_id = spans.trace_id(span)
         with closing(client.stream(messages, params, cancel, request)) as deltas:
             for delta in deltas:
                 answer.metrics = delta.metrics
@@ -481,6 +509,8 @@ def _generate(
         answer.content = "".join(parts).strip()
         answer.thinking = "".join(thought).strip()
         conversation.add(answer)
+        if span is not None:
+            spans.end_chat(span, answer)
     yield AnswerDone(answer)
     return answer
 

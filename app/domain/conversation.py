@@ -268,6 +268,7 @@ class Message:
     thinking: str = ""  # assistant: a reasoning model's thought; shown and kept, never sent back to a model
     model: str = ""  # assistant: the model that wrote it (its id, as the client names it); "" where not known
     feedback: Feedback | None = None  # assistant: the user's thumbs up or down, never sent to a model
+    trace_id: str = ""  # assistant: the OpenTelemetry trace of its generation (hex), for its timeline
     # The other versions of the conversation from this message on (earlier edits of a user message, earlier
     # answers to one): each a list of messages, headed by that version's own message at this place. The model only
     # ever sees the branch on screen; these are kept for the user to switch back to (Conversation.switch_version).

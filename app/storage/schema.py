@@ -23,6 +23,7 @@ A message record is a JSON object; fields at their default are left out when wri
      "thinking": str,                                        # a reasoning model's thought
      "model": str,                                           # the model that wrote an answer
      "feedback": {"rating": "up" | "down", "comment": str},  # the user's thumbs on an answer
+     "trace_id": str,                                        # its OpenTelemetry trace (32 hex digits)
      "versions": [[message record, ...], ...],               # the other versions from this message on
      "version_index": int}                                   # this message's place among all of them
 
@@ -208,6 +209,7 @@ class MessageRecord(Record):
     thinking: str = ""
     model: str = Field(default="", max_length=MAX_MODEL_NAME)
     feedback: FeedbackRecord | None = None
+    trace_id: str = Field(default="", max_length=32, pattern=r"^[0-9a-f]*$")
     # The other versions from this message on, each headed by its own message; and this message's place among them.
     versions: list[Annotated[list[MessageRecord], Field(min_length=1)]] = Field(default_factory=list)
     version_index: int = 0

@@ -26,6 +26,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("app.limits",),
     ("app.domain",),
     ("app.prompting",),
+    ("app.telemetry",),
     ("app.tools", "app.clients"),
     ("app.models", "app.presets"),
     ("app.speech",),

@@ -46,6 +46,7 @@ from app.knowledge.vector_stores import VectorStores
 from app.limits.http_timeouts import uvicorn_options
 from app.storage import open_database
 from app.storage.responses import ResponseStore
+from app.telemetry.setup import configure_tracing, exporting
 
 
 def create_app(settings: ServerSettings, client: Client | None = None,
@@ -77,6 +78,11 @@ def create_app(settings: ServerSettings, client: Client | None = None,
                   description="OpenAI-compatible chat completions, responses and text completions, with tool "
                               "calls and structured output.")
     add_middleware(app, metrics, settings.api_key, settings.cors_origins)
+    configure_tracing()
+    if exporting():  # a server span per request, the parent of its model calls' (OpenTelemetry's own middleware)
+        from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+
+        FastAPIInstrumentor.instrument_app(app, excluded_urls="health,metrics")
     add_error_handlers(app, metrics)
 
     @app.get("/health", responses={503: {"description": "The model is loading or failed to load."}})

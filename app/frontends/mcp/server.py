@@ -67,6 +67,7 @@ from app.knowledge.tool import knowledge_tools
 from app.limits.http_timeouts import uvicorn_options
 from app.storage import StorageError, open_database
 from app.storage.knowledge import KnowledgeStore
+from app.telemetry.setup import configure_tracing
 from app.tools import load_tools
 from app.tools.sandbox import isolation
 from app.tools.session import SessionTools
@@ -321,6 +322,7 @@ def serve_http(server: Server[Any], host: str, port: int, api_key: str, origins:
 
 def main(argv: list[str] | None = None) -> None:
     settings = McpSettings.from_env()
+    configure_tracing()  # its tool calls' spans, exported where OTEL_* asks for it
     parser = argparse.ArgumentParser(description="The demo's tools (built-in, python, browser) as an MCP server: "
                                                  "stdio by default, Streamable HTTP with --http.")
     parser.add_argument("--http", action="store_true", help="serve Streamable HTTP at http://HOST:PORT/mcp")

@@ -18,6 +18,7 @@ from app.frontends.streamlit import persistence, state
 from app.frontends.streamlit.answer_feedback import feedback_controls
 from app.frontends.streamlit.eval_case_form import save_as_test_case
 from app.frontends.streamlit.previews.frame import preview_button
+from app.frontends.streamlit.trace_timeline import trace_button
 
 
 def user_actions(page: str, conversation: Conversation, index: int) -> None:
@@ -46,6 +47,7 @@ def answer_actions(page: str, conversation: Conversation, head: int, last: int) 
                   on_click=regenerate, args=(page, conversation, head),
                   help="A new answer to the message above; this one stays as a version.")
         _versions(page, conversation, head)
+        trace_button(conversation, head, last, key=f"trace/{page}/{head}")
         save_as_test_case(page, conversation, head, last)
         feedback_controls(page, conversation, head, last)
 

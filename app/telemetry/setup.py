@@ -1,0 +1,51 @@
+"""The process's tracer provider, set once: always an SDK provider (the app's own timeline reads its spans from
+memory, timeline.py), exporting over OTLP/HTTP only when OTEL_EXPORTER_OTLP_ENDPOINT or
+OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set, with every other standard OTEL_* variable (headers, service name,
+sampler...) read by the SDK itself. OTEL_SDK_DISABLED=true turns tracing off altogether."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+from app.telemetry.timeline import TIMELINES
+
+SERVICE = "composite-demo"
+_lock = threading.Lock()
+_configured = False
+
+
+def exporting() -> bool:
+    """Whether spans leave the process: an OTLP endpoint is configured."""
+    return bool(os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
+
+
+def configure_tracing() -> None:
+    """Once per process (the app, the API server, the MCP server): the provider, the timeline's processor and,
+    when configured, the OTLP exporter."""
+    global _configured
+    with _lock:
+        if _configured or os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+            _configured = True
+            return
+        service = os.environ.get("OTEL_SERVICE_NAME") or SERVICE
+        provider = TracerProvider(resource=Resource.create({"service.name": service}))
+        provider.add_span_processor(TIMELINES)
+        if exporting():
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+            provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        trace.set_tracer_provider(provider)
+        _configured = True
+
+
+def flush(timeout_ms: int = 5000) -> None:
+    """Send what is batched (before a process ends, and in tests)."""
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, TracerProvider):
+        provider.force_flush(timeout_ms)

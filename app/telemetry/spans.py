@@ -1,0 +1,122 @@
+"""The spans of a turn, named and described as OpenTelemetry's GenAI semantic conventions say:
+
+- `invoke_agent composite-demo`: the whole turn (a resumed one is a turn of its own);
+- `chat {model}`: each model call, with the request's sampling settings and the response's finish reason, tokens
+  in (and of those, read from the prompt cache), tokens out (and of those, thought) and time to the first chunk;
+- `execute_tool {tool}`: each tool call, with its run policy, its result's size and its error.
+
+Spans are started and ended explicitly, each with its parent given (never the "current" span): the loop is a
+generator whose steps may run on any thread. Prompt and answer text go into spans only when the person turned
+content capture on (OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true), as the conventions say."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+from app.domain.conversation import AnswerMetrics, Message, ToolCall
+from app.domain.generation_params import GenerationParams
+
+AGENT = "composite-demo"
+_TRACER = "composite-demo"
+MAX_CAPTURED_CHARS = 100_000
+
+
+def capturing_content() -> bool:
+    return os.environ.get("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "").strip().lower() == "true"
+
+
+_provider: trace.TracerProvider | None = None  # None: the process's (setup.py); a test sets its own
+
+
+def use_provider(provider: trace.TracerProvider | None) -> None:
+    """Spans from `provider` instead of the process's (None: back to the process's)."""
+    global _provider
+    _provider = provider
+
+
+def _tracer() -> trace.Tracer:
+    return (_provider or trace.get_tracer_provider()).get_tracer(_TRACER)
+
+
+def start_turn(model: str, provider: str) -> tuple[Span, Context]:
+    span = _tracer().start_span(f"invoke_agent {AGENT}", kind=SpanKind.INTERNAL, attributes={
+        gen_ai.GEN_AI_OPERATION_NAME: "invoke_agent", gen_ai.GEN_AI_AGENT_NAME: AGENT,
+        gen_ai.GEN_AI_PROVIDER_NAME: provider, gen_ai.GEN_AI_REQUEST_MODEL: model})
+    return span, trace.set_span_in_context(span)
+
+
+def trace_id(span: Span) -> str:
+    """The span's trace, as hex (what an answer keeps to find its timeline); "" when not recorded."""
+    context = span.get_span_context()
+    return format(context.trace_id, "032x") if context.is_valid else ""
+
+
+def start_chat(parent: Context, model: str, provider: str, params: GenerationParams,
+               messages: list[Any] | None = None) -> Span:
+    attributes: dict[str, Any] = {
+        gen_ai.GEN_AI_OPERATION_NAME: "chat", gen_ai.GEN_AI_PROVIDER_NAME: provider,
+        gen_ai.GEN_AI_REQUEST_MODEL: model, gen_ai.GEN_AI_REQUEST_TEMPERATURE: params.temperature,
+        gen_ai.GEN_AI_REQUEST_TOP_P: params.top_p, gen_ai.GEN_AI_REQUEST_TOP_K: params.top_k,
+        gen_ai.GEN_AI_REQUEST_MAX_TOKENS: params.max_new_tokens, gen_ai.GEN_AI_REQUEST_STREAM: True}
+    if params.seed is not None:
+        attributes[gen_ai.GEN_AI_REQUEST_SEED] = params.seed
+    if messages is not None and capturing_content():
+        attributes[gen_ai.GEN_AI_INPUT_MESSAGES] = _json(messages)
+    return _tracer().start_span(f"chat {model}", context=parent, kind=SpanKind.CLIENT, attributes=attributes)
+
+
+def end_chat(span: Span, answer: Message) -> None:
+    metrics = answer.metrics or AnswerMetrics()
+    span.set_attribute(gen_ai.GEN_AI_RESPONSE_MODEL, answer.model)
+    span.set_attribute(gen_ai.GEN_AI_USAGE_INPUT_TOKENS, metrics.prompt_tokens)
+    span.set_attribute(gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS, metrics.completion_tokens)
+    span.set_attribute(gen_ai.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, metrics.cached_tokens)
+    if metrics.thinking_tokens:
+        span.set_attribute(gen_ai.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS, metrics.thinking_tokens)
+    if metrics.time_to_first_token_s is not None:
+        span.set_attribute(gen_ai.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK, metrics.time_to_first_token_s)
+    if metrics.finish_reason:
+        span.set_attribute(gen_ai.GEN_AI_RESPONSE_FINISH_REASONS, [metrics.finish_reason])
+    if capturing_content():
+        span.set_attribute(gen_ai.GEN_AI_OUTPUT_MESSAGES, _json([{
+            "role": "assistant", "content": answer.content,
+            "tool_calls": [call.to_openai() for call in answer.tool_calls]}]))
+    if answer.error:
+        span.set_status(Status(StatusCode.ERROR, answer.error[:500]))
+        span.set_attribute("error.type", "backend_error")
+    span.end()
+
+
+def start_tool(parent: Context, call: ToolCall, policy: str | None) -> Span:
+    attributes: dict[str, Any] = {gen_ai.GEN_AI_OPERATION_NAME: "execute_tool", gen_ai.GEN_AI_TOOL_NAME: call.name,
+                                  gen_ai.GEN_AI_TOOL_CALL_ID: call.id, gen_ai.GEN_AI_TOOL_TYPE: "function"}
+    if policy:
+        attributes["app.tool.policy"] = policy
+    if capturing_content():
+        attributes[gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS] = _json(call.arguments)
+    return _tracer().start_span(f"execute_tool {call.name}", context=parent, kind=SpanKind.INTERNAL,
+                                attributes=attributes)
+
+
+def end_tool(span: Span, message: Message | None) -> None:
+    if message is not None:
+        span.set_attribute("app.tool.status", message.tool_status or "")
+        span.set_attribute("app.tool.result_chars", len(message.display_text or message.content))
+        if capturing_content():
+            span.set_attribute(gen_ai.GEN_AI_TOOL_CALL_RESULT, (message.display_text or message.content)
+                               [:MAX_CAPTURED_CHARS])
+        if message.tool_status in ("failed", "denied", "stopped"):
+            span.set_status(Status(StatusCode.ERROR, message.tool_status))
+            span.set_attribute("error.type", message.tool_status)
+    span.end()
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)[:MAX_CAPTURED_CHARS]

@@ -1,0 +1,114 @@
+"""Traces of a tool-loop turn on the tiny model (its calculator call forced), exported over OTLP/HTTP to a receiver
+on 127.0.0.1, as a collector (Jaeger, Grafana Tempo) would get them: the turn, its two model calls and its tool
+call, named and described as the GenAI semantic conventions say, parent and children as they happened. With content
+capture off (the default) no prompt or answer text is in any span; on, it is. The app's own timeline has the same
+spans, from memory."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+from app.agent.loop import ToolSettings, run_turn
+from app.clients.client_protocol import GenerationParams
+from app.domain.conversation import Conversation, Message
+from app.telemetry import spans
+from app.telemetry.timeline import TimelineProcessor
+from app.tools import load_tools
+
+QUESTION = "What is 6 * 7? Secret word: marmalade."
+
+
+@contextmanager
+def otlp_receiver() -> Iterator[tuple[str, list[ExportTraceServiceRequest]]]:
+    received: list[ExportTraceServiceRequest] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # http.server's naming
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            if self.path == "/v1/traces":
+                request = ExportTraceServiceRequest()
+                request.ParseFromString(body)
+                received.append(request)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", received
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _value(attribute: Any) -> Any:
+    value = attribute.value
+    kind = value.WhichOneof("value")
+    if kind == "array_value":
+        return [_value(type("A", (), {"value": item})()) for item in value.array_value.values]
+    return getattr(value, kind)
+
+
+@pytest.mark.parametrize("capture", [False, True])
+def test_a_tool_loop_turn_reaches_a_collector_as_genai_spans(tiny_client, monkeypatch, capture):
+    if capture:
+        monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+    timeline = TimelineProcessor()
+    with otlp_receiver() as (url, received):
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"{url}/v1/traces")))
+        provider.add_span_processor(timeline)
+        spans.use_provider(provider)
+        try:
+            conversation = Conversation([Message("user", QUESTION)])
+            tools = ToolSettings(load_tools().subset(["calculator"]), choice="calculator", max_rounds=2)
+            events = list(run_turn(tiny_client, conversation, GenerationParams(temperature=0.0, max_new_tokens=96),
+                                   tools=tools))
+            provider.force_flush()
+        finally:
+            spans.use_provider(None)
+            provider.shutdown()
+    assert type(events[-1]).__name__ == "TurnDone"
+    got = [span for request in received for resource in request.resource_spans for scope in resource.scope_spans
+           for span in scope.spans]
+    by_name = {span.name: span for span in got}
+    model = tiny_client.capabilities.model_id
+    assert sorted(by_name) == sorted(["invoke_agent composite-demo", f"chat {model}", "execute_tool calculator"])
+    assert [span.name for span in got].count(f"chat {model}") == 2  # the call, then the answer
+    turn = by_name["invoke_agent composite-demo"]
+    children = [span for span in got if span is not turn]
+    assert all(span.parent_span_id == turn.span_id and span.trace_id == turn.trace_id for span in children)
+    chats = [span for span in got if span.name.startswith("chat ")]
+    first = {a.key: _value(a) for a in chats[0].attributes}
+    assert first["gen_ai.operation.name"] == "chat" and first["gen_ai.request.model"] == model
+    assert first["gen_ai.provider.name"] == tiny_client.backend and first["gen_ai.request.max_tokens"] == 96
+    assert first["gen_ai.usage.input_tokens"] > 0 and first["gen_ai.usage.output_tokens"] > 0
+    assert first["gen_ai.response.finish_reasons"] == ["tool_calls"] and "gen_ai.usage.cache_read.input_tokens" in first
+    tool = {a.key: _value(a) for a in by_name["execute_tool calculator"].attributes}
+    assert tool["gen_ai.tool.name"] == "calculator" and tool["gen_ai.tool.call.id"]
+    assert tool["app.tool.status"] in ("ok", "failed") and tool["app.tool.result_chars"] > 0
+
+    text = repr([list(span.attributes) for span in got])
+    assert ("marmalade" in text) is capture  # the prompt's text only with content capture on
+    answer = conversation.messages[-1]
+    assert answer.trace_id == format(int.from_bytes(turn.trace_id, "big"), "032x")
+    steps = timeline.steps(answer.trace_id)  # the app's own timeline: the same spans, from memory
+    assert [step.name for step in steps][0] == "invoke_agent composite-demo" and len(steps) == 4
+    assert steps[0].depth == 0 and all(step.depth == 1 for step in steps[1:])
+    assert all(step.start_s >= 0 and step.duration_s >= 0 for step in steps)
