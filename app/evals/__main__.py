@@ -35,6 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from app.clients.pool import ClientPool
     from app.compare.targets import TargetsError, default_targets, load_targets
     from app.evals.files import EvalFileError, read_set
+    from app.evals.judge import judge_from
     from app.evals.report import changes, read_report, report, summarise
     from app.evals.runner import run_set
     from app.tools import load_tools
@@ -49,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started, pool = datetime.now(UTC), ClientPool()
     try:
         runs = run_set(eval_set, targets, pool.get, load_tools(), repeats=args.repeats, seed=args.seed,
-                       approved=args.approve, timeout_s=args.timeout,
+                       approved=args.approve, timeout_s=args.timeout, judge=judge_from(targets, pool.get),
                        on_run=lambda run: print(f"{run.target} · {run.case} #{run.repeat + 1}: "
                                                 f"{'pass' if run.passed else 'FAIL'}", file=sys.stderr))
     except ValueError as exc:

@@ -64,3 +64,27 @@ def test_unusable_input_exits_with_2_and_says_why(tmp_path, capsys):
     eval_set.write_text("name: x\ncases: []\n")
     assert main(["--set", str(eval_set)]) == 2
     assert "List should have at least 1 item" in capsys.readouterr().err
+
+
+def test_a_model_judged_check_asks_the_judge_target_and_is_marked(tmp_path, capsys):
+    judge = build_scripted_model(tmp_path / "judge", ['{"meets": true, "reason": "it names 391"}'])
+    answerer = build_scripted_model(tmp_path / "answerer", ["It", " is", " 391", "."])
+    eval_set = tmp_path / "judged.yaml"
+    eval_set.write_text("""
+name: Judged
+cases:
+  - name: multiplies
+    messages: [{role: user, content: "What is 17 * 23?"}]
+    checks:
+      - {type: judge, judge: the judge, rubric: Gives 391.}
+""")
+    targets = tmp_path / "targets.json"
+    targets.write_text(json.dumps({"targets": [
+        {"label": "the model", "model": {"backend": "hf", "path": str(answerer), "device": "cpu", "dtype": "float32"}},
+        {"label": "the judge", "model": {"backend": "hf", "path": str(judge), "device": "cpu", "dtype": "float32"}}]}))
+    out = tmp_path / "judged.json"
+    assert main(["--set", str(eval_set), "--targets", str(targets), "--out", str(out)]) == 0
+    runs = {run["target"]: run for run in json.loads(out.read_text())["runs"]}
+    (check,) = runs["the model"]["checks"]
+    assert check == {"type": "judge", "passed": True, "detail": "the judge says: it names 391", "model_judged": True}
+    assert json.loads(out.read_text())["summary"][0]["model_judged_checks"] == 1

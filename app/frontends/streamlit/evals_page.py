@@ -12,6 +12,7 @@ import streamlit as st
 from app.compare.targets import Target
 from app.evals.cases import ContainsCheck, EvalCase, EvalSet
 from app.evals.files import EvalFileError, parse_set, set_to_json, set_to_yaml
+from app.evals.judge import judge_from
 from app.evals.library import EvalLibraryError, add_case, save_set, stored_set, thumbs_down_candidates
 from app.evals.report import changes, report
 from app.evals.runner import run_set
@@ -117,7 +118,7 @@ def _run(store: EvalSetStore, owner: str, eval_set: EvalSet) -> None:
 
         try:
             runs = run_set(eval_set, [target], lambda _settings: client, load_tools(), repeats=int(repeats),
-                           seed=int(seed), on_run=advance)
+                           seed=int(seed), on_run=advance, judge=judge_from([target], lambda _settings: client))
         except ValueError as exc:
             st.error(safe_markdown(str(exc)), icon=":material/error:")
             return
