@@ -367,15 +367,20 @@ def _loop(turn: _Turn, rounds_used: int, resumed: _Resumed | None = None) -> Gen
                 break
             asking = tools.needs_approval(answer.tool_calls, turn.conversation)
             if asking:
+                asked_at = time.time()
+                for call in asking:
+                    call.asked_at = asked_at  # the start of its approval wait, in its trace
                 yield ApprovalNeeded(asking)
                 break
             calls = answer.tool_calls
         for call in calls:
-            span = spans.start_tool(turn.trace or Context(), call, tools.policy(call.name) if tools else None)
+            decision = decisions.get(call.id)
+            span = spans.start_tool(turn.trace or Context(), call, tools.policy(call.name) if tools else None,
+                                    _decision_name(decision, call))
             message = None
             try:
-                message = yield from _answer_call(offered, turn.conversation, call, decisions.get(call.id),
-                                                  turn.cancel, started.get(call.id))
+                message = yield from _answer_call(offered, turn.conversation, call, decision,
+                                                  turn.cancel, started.get(call.id), spans.context_of(span))
             finally:
                 spans.end_tool(span, message)
             if message is None or message.tool_status == "stopped":  # a question for the user, or stopped
@@ -385,8 +390,16 @@ def _loop(turn: _Turn, rounds_used: int, resumed: _Resumed | None = None) -> Gen
     yield TurnDone(answer)
 
 
+def _decision_name(decision: Decision | None, call: ToolCall) -> str | None:
+    if decision is None:
+        return None
+    if decision.action == "run" and decision.arguments is not None and decision.arguments != call.arguments:
+        return "edited"
+    return decision.action
+
+
 def _answer_call(registry: ToolRegistry, conversation: Conversation, call: ToolCall, decision: Decision | None,
-                 cancel: threading.Event, running: RunningCall | None = None
+                 cancel: threading.Event, running: RunningCall | None = None, trace: Context | None = None
                  ) -> Generator[TurnEvent, None, Message | None]:
     """Run one call (with the user's edit, if any; `running`: it runs already) or record that the user declined it;
     returns its tool message, None when it waits for the user's answer to a question."""
@@ -405,7 +418,7 @@ def _answer_call(registry: ToolRegistry, conversation: Conversation, call: ToolC
         # The answer's call is changed in place: what ran is what the model reads, the model's own kept beside it.
         call.edited_from, call.arguments = call.arguments, copy.deepcopy(decision.arguments)
     yield ToolCallStarted(call)
-    return (yield from _run_tool(registry, conversation, call, cancel))
+    return (yield from _run_tool(registry, conversation, call, cancel, trace=trace))
 
 
 def check_decisions(conversation: Conversation, tools: ToolSettings, decisions: Mapping[str, Decision],
@@ -528,13 +541,13 @@ def _image_policy(client: Client, wanted: ImagePolicy) -> ImagePolicy:
 
 def _run_tool(
     registry: ToolRegistry, conversation: Conversation, call: ToolCall, cancel: threading.Event,
-    running: RunningCall | None = None,
+    running: RunningCall | None = None, trace: Context | None = None,
 ) -> Generator[TurnEvent, None, Message | None]:
     """Run one call (or wait for `running`, started before), beating while it runs; returns the tool message it
     appended (also when stopped), or None when the call asks the user a question: then it runs on, its result left
     to whoever resumes the turn with it (QuestionAsked)."""
     message = Message(role="tool", tool_call_id=call.id, name=call.name)
-    running = running or registry.start(call.name, call.arguments)
+    running = running or registry.start(call.name, call.arguments, trace)
     result: ToolResult | None = None
     asked = False
     try:

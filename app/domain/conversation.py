@@ -38,12 +38,15 @@ class ToolCall:
     """A function call requested by the model; `arguments` is the decoded JSON object.
 
     `edited_from`: the model's own arguments when the user changed them before the call ran (app/agent/loop.py:
-    resume_turn); `arguments` then holds what ran, which is what the model is shown. Never sent to a model."""
+    resume_turn); `arguments` then holds what ran, which is what the model is shown. `asked_at`: when the turn
+    paused for the user to decide on it (seconds since the epoch), for its trace's approval wait. Neither is ever
+    sent to a model."""
 
     name: str
     arguments: dict[str, Any]
     id: str = field(default_factory=new_call_id)
     edited_from: dict[str, Any] | None = None
+    asked_at: float | None = None
 
     def to_openai(self) -> ToolCallMessage:
         return {

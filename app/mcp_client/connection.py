@@ -34,6 +34,7 @@ from mcp.client.auth import OAuthFlowError, OAuthRegistrationError, OAuthTokenEr
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+from opentelemetry.context import Context
 from pydantic import ValidationError
 
 from app.config import McpSettings
@@ -42,6 +43,7 @@ from app.mcp_client.elicitation import Askers
 from app.mcp_client.http_client import PinnedTransport, cap_body
 from app.mcp_client.oauth import SignIn, SignInError
 from app.mcp_client.server_config import HttpServer, ServerSpec, StdioServer
+from app.telemetry import spans
 from app.tools.net_guard import check_url
 from app.tools.questions import QuestionChannel
 from app.tools.tool_registry import ToolError
@@ -164,19 +166,20 @@ class ServerConnection:
             return
         try:
             with anyio.fail_after(self.settings.connect_timeout_s):
-                self._tools = await _list_all(link.client)
+                self._tools = await self._list_tools(link.client)
             self._listed_at = time.monotonic()
         except Exception as exc:  # anything the server or transport does ends up in the status
             self._error = f"listing its tools failed: {describe(exc)}"
             if _broken(exc):
                 await self._drop(link, describe(exc))
 
-    async def call(self, tool: str, arguments: dict[str, Any],
-                   questions: QuestionChannel | None = None) -> types.CallToolResult:
+    async def call(self, tool: str, arguments: dict[str, Any], questions: QuestionChannel | None = None,
+                   trace: Context | None = None) -> types.CallToolResult:
         """Call `tool` under the time limit; every failure is a ToolError that says what happened. `questions`: where
         the server's questions to the user during the call go (app/mcp_client/elicitation.py); none: it may not
-        ask."""
-        return await self._request("call", lambda client: client.call_tool(tool, arguments), questions=questions)
+        ask. `trace`: the span the request's own belongs to (the tool call's; app/telemetry/spans.py)."""
+        return await self._request("call", lambda client: client.call_tool(tool, arguments), questions=questions,
+                                   method=("tools/call", tool), trace=trace)
 
     async def list_prompts(self, max_age_s: float = LISTING_MAX_AGE_S) -> tuple[types.Prompt, ...]:
         """The server's prompts (every page, at most MAX_LISTED), listed again when older than `max_age_s`; none
@@ -186,7 +189,7 @@ class ServerConnection:
                 return ()
             return await _pages(lambda cursor: client.list_prompts(cursor=cursor), "prompts")
 
-        return await self._listed("prompts", fetch, max_age_s)
+        return await self._listed("prompts", fetch, max_age_s, "prompts/list")
 
     async def list_resources(self, max_age_s: float = LISTING_MAX_AGE_S) -> tuple[types.Resource, ...]:
         """The server's resources, as `list_prompts` lists prompts."""
@@ -195,7 +198,7 @@ class ServerConnection:
                 return ()
             return await _pages(lambda cursor: client.list_resources(cursor=cursor), "resources")
 
-        return await self._listed("resources", fetch, max_age_s)
+        return await self._listed("resources", fetch, max_age_s, "resources/list")
 
     async def list_resource_templates(self, max_age_s: float = LISTING_MAX_AGE_S
                                       ) -> tuple[types.ResourceTemplate, ...]:
@@ -205,32 +208,44 @@ class ServerConnection:
                 return ()
             return await _pages(lambda cursor: client.list_resource_templates(cursor=cursor), "resource_templates")
 
-        return await self._listed("resource templates", fetch, max_age_s)
+        return await self._listed("resource templates", fetch, max_age_s, "resources/templates/list")
 
     async def get_prompt(self, name: str, arguments: dict[str, str]) -> types.GetPromptResult:
         """Prompt `name` filled with `arguments`, under the call time limit; ToolError says what went wrong."""
-        return await self._request("prompt request", lambda client: client.get_prompt(name, arguments))
+        return await self._request("prompt request", lambda client: client.get_prompt(name, arguments),
+                                   method=("prompts/get", name))
 
     async def read_resource(self, uri: str) -> types.ReadResourceResult:
         """The contents of resource `uri`, under the call time limit; ToolError says what went wrong."""
-        return await self._request("resource read", lambda client: client.read_resource(uri))
+        return await self._request("resource read", lambda client: client.read_resource(uri),
+                                   method=("resources/read", uri))
 
     async def _listed(self, kind: str, fetch: Callable[[Client], Awaitable[tuple[Any, ...]]],
-                      max_age_s: float) -> tuple[Any, ...]:
+                      max_age_s: float, method: str) -> tuple[Any, ...]:
         """A listing kept for `max_age_s` while the same connection lasts (pages redraw on every click)."""
         link = await self._ensure()
         kept = self._listings.get(kind)
         if kept is not None and kept[0] is link and time.monotonic() - kept[1] <= max_age_s:
             return kept[2]
-        items = await self._request(f"listing of its {kind}", fetch, self.settings.connect_timeout_s)
+        items = await self._request(f"listing of its {kind}", fetch, self.settings.connect_timeout_s,
+                                    method=(method, ""))
         self._listings[kind] = (link, time.monotonic(), items)
         return items
 
     async def _request(self, what: str, send: Callable[[Client], Awaitable[T]], limit: float | None = None,
-                       questions: QuestionChannel | None = None) -> T:
-        """`send` on the connection (made if needed) under `limit` (the call time limit by default); every failure
-        is a ToolError that says what happened, and a broken connection is dropped to be made again."""
+                       questions: QuestionChannel | None = None, method: tuple[str, str] = ("", ""),
+                       trace: Context | None = None) -> T:
+        """`send` on the connection (made if needed) under `limit` (the call time limit by default), in a span named
+        after `method` (the MCP method, and the tool, prompt or resource it names) under `trace`; every failure is a
+        ToolError that says what happened, and a broken connection is dropped to be made again."""
         link = await self._ensure()
+        assert link.client is not None
+        with spans.mcp_request(self.name, self.kind, *method, parent=trace,
+                               protocol_version=self.protocol_version):
+            return await self._send(link, what, send, limit, questions)
+
+    async def _send(self, link: _Link, what: str, send: Callable[[Client], Awaitable[T]], limit: float | None,
+                    questions: QuestionChannel | None) -> T:
         assert link.client is not None
         limit = self.settings.call_timeout_s if limit is None else limit
         try:
@@ -306,7 +321,7 @@ class ServerConnection:
                         Client(transport, cache=None, client_info=CLIENT_INFO,
                                elicitation_callback=self._askers.elicit))
                     client.session.validate_tool_result = self._check_result  # type: ignore[method-assign]
-                    tools = await _list_all(client)
+                    tools = await self._list_tools(client)
                     scope.deadline = math.inf  # connected: from now on only `done` ends it
                     link.client, connected = client, True
                     self._tools, self._listed_at, self._error, self._failures = tools, time.monotonic(), "", 0
@@ -392,6 +407,10 @@ class ServerConnection:
 
         if (found := await anyio.to_thread.run_sync(problem)) is not None:
             raise RuntimeError(found)
+
+    async def _list_tools(self, client: Client) -> tuple[types.Tool, ...]:
+        with spans.mcp_request(self.name, self.kind, "tools/list", protocol_version=client.protocol_version):
+            return await _list_all(client)
 
     async def _note_refusal(self, response: httpx2.Response) -> None:
         if response.status_code in (401, 403):

@@ -18,6 +18,7 @@ from typing import Any
 
 from jsonschema import SchemaError
 from mcp import types
+from opentelemetry import context as otel_context
 
 from app.config import SchemaLimits
 from app.limits.schema_limits import schema_size_problem
@@ -151,7 +152,8 @@ def _caller(manager: McpManager, connection: ServerConnection, tool: str, shown_
 
     def call(**arguments: Any) -> ToolOutput:
         questions = current_channel()  # the server may ask the user something during the call
-        future = manager.submit(connection.call(tool, arguments, questions))
+        # The request's span belongs to the tool call's, current in this thread (ToolRegistry.start).
+        future = manager.submit(connection.call(tool, arguments, questions, otel_context.get_current()))
         running.add(future)
         try:
             result = _result_within(future, wait_s, questions)

@@ -6,7 +6,8 @@ A message record is a JSON object; fields at their default are left out when wri
     {"role": "user" | "assistant" | "tool" | "system",
      "content": str,
      "tool_calls": [{"id": str, "name": str, "arguments": {...},
-                     "edited_from": {...}}],               # the model's arguments, where the user edited them
+                     "edited_from": {...},                 # the model's arguments, where the user edited them
+                     "asked_at": float}],                  # when the user was asked to decide on it (epoch s)
      "tool_call_id": str, "name": str,                     # tool results
      "metrics": {"prompt_tokens": int, "completion_tokens": int, "time_to_first_token_s": float | null,
                  "tokens_per_second": float | null, "total_time_s": float,
@@ -154,6 +155,7 @@ class ToolCallRecord(Record):
     name: str = Field(min_length=1)
     arguments: dict[str, Any] = Field(default_factory=dict)
     edited_from: dict[str, Any] | None = None  # optional: records written before calls could be edited have none
+    asked_at: float | None = None
 
 
 class MetricsRecord(Record):

@@ -3,7 +3,10 @@
 - `invoke_agent composite-demo`: the whole turn (a resumed one is a turn of its own);
 - `chat {model}`: each model call, with the request's sampling settings and the response's finish reason, tokens
   in (and of those, read from the prompt cache), tokens out (and of those, thought) and time to the first chunk;
-- `execute_tool {tool}`: each tool call, with its run policy, its result's size and its error.
+- `execute_tool {tool}`: each tool call, with its run policy, the user's decision and how long it waited for it,
+  its result's size and its error;
+- `{mcp.method.name} {target}` (e.g. `tools/call search`): each request to an MCP server, as the MCP conventions
+  name it, a child of the tool call that made it.
 
 Spans are started and ended explicitly, each with its parent given (never the "current" span): the loop is a
 generator whose steps may run on any thread. Prompt and answer text go into spans only when the person turned
@@ -13,6 +16,9 @@ from __future__ import annotations
 
 import json
 import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from opentelemetry import trace
@@ -50,6 +56,11 @@ def start_turn(model: str, provider: str) -> tuple[Span, Context]:
         gen_ai.GEN_AI_OPERATION_NAME: "invoke_agent", gen_ai.GEN_AI_AGENT_NAME: AGENT,
         gen_ai.GEN_AI_PROVIDER_NAME: provider, gen_ai.GEN_AI_REQUEST_MODEL: model})
     return span, trace.set_span_in_context(span)
+
+
+def context_of(span: Span) -> Context:
+    """A context in which `span` is current: what work done for it (a tool's thread) starts from."""
+    return trace.set_span_in_context(span)
 
 
 def trace_id(span: Span) -> str:
@@ -94,11 +105,17 @@ def end_chat(span: Span, answer: Message) -> None:
     span.end()
 
 
-def start_tool(parent: Context, call: ToolCall, policy: str | None) -> Span:
+def start_tool(parent: Context, call: ToolCall, policy: str | None, decision: str | None = None) -> Span:
+    """`decision`: the user's, where the call waited for one ("run", "edited" or "deny"); the wait itself, from
+    `call.asked_at` to now, is `app.tool.approval_wait_s`."""
     attributes: dict[str, Any] = {gen_ai.GEN_AI_OPERATION_NAME: "execute_tool", gen_ai.GEN_AI_TOOL_NAME: call.name,
                                   gen_ai.GEN_AI_TOOL_CALL_ID: call.id, gen_ai.GEN_AI_TOOL_TYPE: "function"}
     if policy:
         attributes["app.tool.policy"] = policy
+    if decision:
+        attributes["app.tool.decision"] = decision
+    if call.asked_at is not None:
+        attributes["app.tool.approval_wait_s"] = max(0.0, time.time() - call.asked_at)
     if capturing_content():
         attributes[gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS] = _json(call.arguments)
     return _tracer().start_span(f"execute_tool {call.name}", context=parent, kind=SpanKind.INTERNAL,
@@ -120,3 +137,32 @@ def end_tool(span: Span, message: Message | None) -> None:
 
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)[:MAX_CAPTURED_CHARS]
+
+
+@contextmanager
+def mcp_request(server: str, transport: str, method: str, target: str = "", parent: Context | None = None,
+                protocol_version: str | None = None) -> Iterator[Span]:
+    """A CLIENT span around one request to MCP server `server` (`method`: `tools/call`, `prompts/get`, ...; `target`:
+    the tool, the prompt or the resource it names); an exception leaving it marks the span failed, with its type.
+    `parent`: the span it belongs to (None: the current context's)."""
+    attributes: dict[str, Any] = {"mcp.method.name": method, "app.mcp.server": server,
+                                  "network.transport": "pipe" if transport == "stdio" else "tcp"}
+    if method == "tools/call":
+        attributes[gen_ai.GEN_AI_OPERATION_NAME] = "execute_tool"
+        attributes[gen_ai.GEN_AI_TOOL_NAME] = target
+    elif method == "prompts/get":
+        attributes[gen_ai.GEN_AI_PROMPT_NAME] = target
+    elif method == "resources/read":
+        attributes["mcp.resource.uri"] = target
+    if protocol_version:
+        attributes["mcp.protocol.version"] = protocol_version
+    span = _tracer().start_span(f"{method} {target}".strip(), context=parent, kind=SpanKind.CLIENT,
+                                attributes=attributes)
+    try:
+        yield span
+    except BaseException as exc:
+        span.set_attribute("error.type", type(exc).__name__)
+        span.set_status(Status(StatusCode.ERROR, str(exc)[:500]))
+        raise
+    finally:
+        span.end()

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
 from jsonschema import SchemaError
+from opentelemetry import context as otel_context
 from transformers.utils import get_json_schema
 
 from app.domain.conversation import Attachment
@@ -300,8 +301,9 @@ class ToolRegistry:
             return f"Error: invalid arguments for {name}: {details}."
         return None
 
-    def start(self, name: str, arguments: Any) -> RunningCall:
-        """Validate, then run the tool in a daemon thread under its time limit."""
+    def start(self, name: str, arguments: Any, trace: otel_context.Context | None = None) -> RunningCall:
+        """Validate, then run the tool in a daemon thread under its time limit. `trace`: the OpenTelemetry context
+        current in that thread (the call's span, for the tool's own spans to belong to); the caller's by default."""
         tool = self._tools.get(name)
         timeout_s = tool.timeout_s if tool else 0.0
         running = RunningCall(name, timeout_s, tool.on_cancel if tool else None)
@@ -310,8 +312,11 @@ class ToolRegistry:
             running._finish(ToolResult(problem or "Error: unknown tool.", ok=False))
             return running
 
+        caller_context = otel_context.get_current() if trace is None else trace
+
         def run() -> None:
             bind_questions(running.questions)  # a tool that asks the user finds its call's channel here
+            otel_context.attach(caller_context)  # the thread ends with the call: nothing to detach
             try:
                 value = tool.function(**arguments)
                 if isinstance(value, ToolOutput):

@@ -2,11 +2,14 @@
 on 127.0.0.1, as a collector (Jaeger, Grafana Tempo) would get them: the turn, its two model calls and its tool
 call, named and described as the GenAI semantic conventions say, parent and children as they happened. With content
 capture off (the default) no prompt or answer text is in any span; on, it is. The app's own timeline has the same
-spans, from memory."""
+spans, from memory. A call to an MCP server's tool that waited for the user's approval carries its wait and
+decision, and the request to the server is a child span of it."""
 
 from __future__ import annotations
 
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -18,12 +21,15 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-from app.agent.loop import ToolSettings, run_turn
+from app.agent.loop import Decision, ToolSettings, resume_turn, run_turn
 from app.clients.client_protocol import GenerationParams
+from app.config import McpSettings
 from app.domain.conversation import Conversation, Message
+from app.mcp_client import McpManager, mcp_registry
 from app.telemetry import spans
 from app.telemetry.timeline import TimelineProcessor
 from app.tools import load_tools
+from tests.api.test_mcp_client import SERVER, write_config
 
 QUESTION = "What is 6 * 7? Secret word: marmalade."
 
@@ -55,6 +61,28 @@ def otlp_receiver() -> Iterator[tuple[str, list[ExportTraceServiceRequest]]]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextmanager
+def collector() -> Iterator[tuple[TracerProvider, list[Any]]]:
+    """A provider exporting over OTLP/HTTP to a receiver on 127.0.0.1, and the spans it received (once flushed)."""
+    with otlp_receiver() as (url, received):
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"{url}/v1/traces")))
+        spans.use_provider(provider)
+        got: list[Any] = []
+        try:
+            yield provider, got
+            provider.force_flush()
+        finally:
+            spans.use_provider(None)
+            provider.shutdown()
+        got.extend(span for request in received for resource in request.resource_spans
+                   for scope in resource.scope_spans for span in scope.spans)
+
+
+def _attributes(span: Any) -> dict[str, Any]:
+    return {a.key: _value(a) for a in span.attributes}
 
 
 def _value(attribute: Any) -> Any:
@@ -112,3 +140,38 @@ def test_a_tool_loop_turn_reaches_a_collector_as_genai_spans(tiny_client, monkey
     assert [step.name for step in steps][0] == "invoke_agent composite-demo" and len(steps) == 4
     assert steps[0].depth == 0 and all(step.depth == 1 for step in steps[1:])
     assert all(step.start_s >= 0 and step.duration_s >= 0 for step in steps)
+
+
+def test_an_approved_mcp_call_shows_its_wait_and_its_request_to_the_server(tiny_client, tmp_path):
+    manager = McpManager(McpSettings(config_path=str(write_config(tmp_path, {"demo": {
+        "command": sys.executable, "args": [str(SERVER), "stdio"]}})), connect_timeout_s=60))
+    conversation = Conversation([Message("user", "Add two numbers")])
+    params = GenerationParams(temperature=0.0, max_new_tokens=300)
+    try:
+        with collector() as (_, got):
+            manager.refresh(manager.connections())
+            registry = mcp_registry(manager, manager.connections(), taken=load_tools().names).subset(["add"])
+            tools = ToolSettings(registry, choice="add", max_rounds=2, policies={"add": "ask"})
+            asked = list(run_turn(tiny_client, conversation, params, tools=tools))
+            assert [type(event).__name__ for event in asked][-2:] == ["ApprovalNeeded", "TurnDone"]
+            (call,) = conversation.messages[-1].tool_calls
+            assert call.asked_at is not None
+            time.sleep(0.3)  # the person reads the card
+            edited = {"a": 2, "b": 3}
+            list(resume_turn(tiny_client, conversation, params, "", None, tools, None,
+                             {call.id: Decision("run", arguments=edited)}))
+    finally:
+        manager.close()
+    assert conversation.messages[2].content == "5"  # the server's answer to the edited call
+    by_name = {span.name: span for span in got}
+    execute, request = by_name["execute_tool add"], by_name["tools/call add"]
+    tool = _attributes(execute)
+    assert tool["app.tool.policy"] == "ask" and tool["app.tool.decision"] == "edited"
+    assert 0.3 <= tool["app.tool.approval_wait_s"] < 60
+    mcp = _attributes(request)
+    assert request.parent_span_id == execute.span_id and request.trace_id == execute.trace_id
+    assert mcp["mcp.method.name"] == "tools/call" and mcp["gen_ai.tool.name"] == "add"
+    assert mcp["network.transport"] == "pipe" and mcp["app.mcp.server"] == "demo" and mcp["mcp.protocol.version"]
+    assert "tools/list" in by_name  # the listing before the call: a request of its own
+    turns = [span for span in got if span.name.startswith("invoke_agent")]
+    assert len(turns) == 2 and execute.parent_span_id == turns[1].span_id  # paused, then resumed: two turns

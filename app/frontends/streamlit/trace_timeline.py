@@ -1,6 +1,6 @@
-"""Under an answer: its turn's trace as a timeline (the turn, each model call and each tool call, placed in time),
-read from the spans the app keeps in memory (app/telemetry/timeline.py): no collector needed. After a restart, or
-for an imported answer, the trace is no longer there and the button says so."""
+"""Under an answer: its turn's trace as a timeline (the turn, each model call, each tool call and its MCP requests,
+placed in time), read from the spans the app keeps in memory (app/telemetry/timeline.py): no collector needed.
+After a restart, or for an imported answer, the trace is no longer there and the button says so."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from app.telemetry.timeline import TIMELINES, Step
 
 _SHOWN = ("gen_ai.usage.input_tokens", "gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.output_tokens",
           "gen_ai.response.time_to_first_chunk", "gen_ai.response.finish_reasons", "app.tool.policy",
-          "app.tool.status", "app.tool.result_chars")
+          "app.tool.decision", "app.tool.approval_wait_s", "app.tool.status", "app.tool.result_chars")
 
 
 def trace_button(conversation: Conversation, head: int, last: int, key: str) -> None:
