@@ -6,7 +6,7 @@
 - `execute_tool {tool}`: each tool call, with its run policy, the user's decision and how long it waited for it,
   its result's size and its error;
 - `{mcp.method.name} {target}` (e.g. `tools/call search`): each request to an MCP server, as the MCP conventions
-  name it, a child of the tool call that made it.
+  name it, a child of the tool call that made it; and each tool call the app's own MCP server answers.
 
 Spans are started and ended explicitly, each with its parent given (never the "current" span): the loop is a
 generator whose steps may run on any thread. Prompt and answer text go into spans only when the person turned
@@ -140,13 +140,17 @@ def _json(value: Any) -> str:
 
 
 @contextmanager
-def mcp_request(server: str, transport: str, method: str, target: str = "", parent: Context | None = None,
-                protocol_version: str | None = None) -> Iterator[Span]:
+def mcp_request(server: str, transport: str | None, method: str, target: str = "", parent: Context | None = None,
+                protocol_version: str | None = None, serving: bool = False) -> Iterator[Span]:
     """A CLIENT span around one request to MCP server `server` (`method`: `tools/call`, `prompts/get`, ...; `target`:
     the tool, the prompt or the resource it names); an exception leaving it marks the span failed, with its type.
-    `parent`: the span it belongs to (None: the current context's)."""
-    attributes: dict[str, Any] = {"mcp.method.name": method, "app.mcp.server": server,
-                                  "network.transport": "pipe" if transport == "stdio" else "tcp"}
+    `parent`: the span it belongs to (None: the current context's). `serving`: a SERVER span instead, around a
+    request the app's own MCP server answers (`server` then empty)."""
+    attributes: dict[str, Any] = {"mcp.method.name": method}
+    if server:
+        attributes["app.mcp.server"] = server
+    if transport:
+        attributes["network.transport"] = "pipe" if transport == "stdio" else "tcp"
     if method == "tools/call":
         attributes[gen_ai.GEN_AI_OPERATION_NAME] = "execute_tool"
         attributes[gen_ai.GEN_AI_TOOL_NAME] = target
@@ -156,8 +160,8 @@ def mcp_request(server: str, transport: str, method: str, target: str = "", pare
         attributes["mcp.resource.uri"] = target
     if protocol_version:
         attributes["mcp.protocol.version"] = protocol_version
-    span = _tracer().start_span(f"{method} {target}".strip(), context=parent, kind=SpanKind.CLIENT,
-                                attributes=attributes)
+    span = _tracer().start_span(f"{method} {target}".strip(), context=parent,
+                                kind=SpanKind.SERVER if serving else SpanKind.CLIENT, attributes=attributes)
     try:
         yield span
     except BaseException as exc:

@@ -3,10 +3,12 @@ on 127.0.0.1, as a collector (Jaeger, Grafana Tempo) would get them: the turn, i
 call, named and described as the GenAI semantic conventions say, parent and children as they happened. With content
 capture off (the default) no prompt or answer text is in any span; on, it is. The app's own timeline has the same
 spans, from memory. A call to an MCP server's tool that waited for the user's approval carries its wait and
-decision, and the request to the server is a child span of it."""
+decision, and the request to the server is a child span of it. The app's own MCP server traces each call it
+answers."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import threading
 import time
@@ -16,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from mcp import Client
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import TracerProvider
@@ -25,6 +28,7 @@ from app.agent.loop import Decision, ToolSettings, resume_turn, run_turn
 from app.clients.client_protocol import GenerationParams
 from app.config import McpSettings
 from app.domain.conversation import Conversation, Message
+from app.frontends.mcp.server import build_server
 from app.mcp_client import McpManager, mcp_registry
 from app.telemetry import spans
 from app.telemetry.timeline import TimelineProcessor
@@ -175,3 +179,19 @@ def test_an_approved_mcp_call_shows_its_wait_and_its_request_to_the_server(tiny_
     assert "tools/list" in by_name  # the listing before the call: a request of its own
     turns = [span for span in got if span.name.startswith("invoke_agent")]
     assert len(turns) == 2 and execute.parent_span_id == turns[1].span_id  # paused, then resumed: two turns
+
+
+def test_the_apps_mcp_server_traces_each_call_it_answers():
+    async def calls() -> None:
+        async with Client(build_server(load_tools().subset(["calculator"]))) as client:
+            assert not (await client.call_tool("calculator", {"expression": "6 * 7"})).is_error
+            assert (await client.call_tool("calculator", {"expression": "1 / 0"})).is_error
+
+    with collector() as (_, got):
+        asyncio.run(calls())
+    assert [span.name for span in got] == ["tools/call calculator"] * 2
+    right, wrong = (_attributes(span) for span in got)
+    assert all(span.kind == span.SPAN_KIND_SERVER for span in got)
+    assert right["mcp.method.name"] == "tools/call" and right["gen_ai.tool.name"] == "calculator"
+    assert right["app.tool.result_chars"] == len("6 * 7 = 42") and "error.type" not in right
+    assert wrong["error.type"] == "tool_error"

@@ -67,6 +67,7 @@ from app.knowledge.tool import knowledge_tools
 from app.limits.http_timeouts import uvicorn_options
 from app.storage import StorageError, open_database
 from app.storage.knowledge import KnowledgeStore
+from app.telemetry import spans
 from app.telemetry.setup import configure_tracing
 from app.tools import load_tools
 from app.tools.sandbox import isolation
@@ -96,7 +97,12 @@ def build_server(tools: ToolRegistry) -> Server[Any]:
         if params.name not in tools:
             # The spec's line: a tool that does not exist is a protocol error; what a tool does wrong is a result.
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name}")
-        result = await _finish(tools.start(params.name, params.arguments or {}))
+        with spans.mcp_request("", None, "tools/call", params.name, protocol_version=ctx.protocol_version,
+                               serving=True) as span:
+            result = await _finish(tools.start(params.name, params.arguments or {}, spans.context_of(span)))
+            span.set_attribute("app.tool.result_chars", len(result.content))
+            if not result.ok:
+                span.set_attribute("error.type", "tool_error")
         return _as_mcp_result(result, ctx.protocol_version)
 
     def input_schema(name: str) -> Mapping[str, Any] | None:
