@@ -136,7 +136,8 @@ def _run(store: EvalSetStore, owner: str, eval_set: EvalSet) -> None:
 def _results(written: dict[str, Any], previous: dict[str, Any] | None) -> None:
     st.dataframe([{"target": s["target"], "pass rate": None if s["pass_rate"] is None else round(100 * s["pass_rate"]),
                    "95% interval": f"{100 * s['ci_low']:.0f}–{100 * s['ci_high']:.0f}%", "passed": s["passed"],
-                   "runs": s["runs"], "median s": s["median_latency_s"], "median tokens": s["median_tokens"],
+                   "runs": s["runs"], "median s": _rounded(s["median_latency_s"]),
+                   "median tokens": s["median_tokens"],
                    "tool calls valid": f"{s['valid_tool_calls']}/{s['tool_calls']}",
                    "model-judged checks": s["model_judged_checks"]} for s in written["summary"]],
                  hide_index=True, width="stretch")
@@ -153,6 +154,10 @@ def _results(written: dict[str, Any], previous: dict[str, Any] | None) -> None:
                        "why": "; ".join(c["detail"] + (" (model-judged)" if c["model_judged"] else "")
                                         for c in r["checks"] if not c["passed"]),
                        "answer": r["answer"][:200]} for r in written["runs"]], hide_index=True, width="stretch")
+
+
+def _rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 2)
 
 
 def _candidates(store: EvalSetStore, owner: str) -> None:

@@ -10,9 +10,12 @@ from app.domain.conversation import Conversation
 from app.frontends.streamlit.safe_markdown import safe_markdown
 from app.telemetry.timeline import TIMELINES, Step
 
-_SHOWN = ("gen_ai.usage.input_tokens", "gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.output_tokens",
-          "gen_ai.response.time_to_first_chunk", "gen_ai.response.finish_reasons", "app.tool.policy",
-          "app.tool.decision", "app.tool.approval_wait_s", "app.tool.status", "app.tool.result_chars")
+# The attributes shown beside each step, by their column's heading (a step without one leaves its cell empty).
+_COLUMNS = {"gen_ai.usage.input_tokens": "tokens in", "gen_ai.usage.cache_read.input_tokens": "from cache",
+            "gen_ai.usage.output_tokens": "tokens out", "gen_ai.response.time_to_first_chunk": "first token (s)",
+            "gen_ai.response.finish_reasons": "finish", "app.tool.policy": "policy", "app.tool.decision": "decision",
+            "app.tool.approval_wait_s": "approval wait (s)", "app.tool.status": "tool status",
+            "app.tool.result_chars": "result chars", "app.mcp.server": "MCP server"}
 
 
 def trace_button(conversation: Conversation, head: int, last: int, key: str) -> None:
@@ -30,19 +33,32 @@ def trace_button(conversation: Conversation, head: int, last: int, key: str) -> 
 
 
 def show(steps: list[Step], key: str) -> None:
+    shown = [name for name in _COLUMNS if any(name in step.attributes for step in steps)]
     rows = [{"step": f"{'· ' * step.depth}{step.name}", "start (s)": round(step.start_s, 3),
              "end (s)": round(step.start_s + step.duration_s, 3), "status": step.status,
-             **{name.rsplit(".", 1)[-1]: str(step.attributes[name]) for name in _SHOWN if name in step.attributes}}
+             **{_COLUMNS[name]: _cell(step.attributes.get(name)) for name in shown}}
             for step in steps]
     st.vega_lite_chart(rows, {
         "mark": {"type": "bar", "cornerRadius": 2},
-        "encoding": {"y": {"field": "step", "type": "nominal", "sort": None, "title": None},
+        "height": {"step": 26},  # a band per step, however many
+        "encoding": {"y": {"field": "step", "type": "nominal", "sort": None, "title": None,
+                           "axis": {"labelLimit": 320}},
                      "x": {"field": "start (s)", "type": "quantitative", "title": "seconds"},
                      "x2": {"field": "end (s)"},
                      "color": {"field": "status", "type": "nominal", "legend": None,
-                               "scale": {"domain": ["ok", "error"], "range": ["#4c78a8", "#e45756"]}}},
-        "height": 28 * len(rows)}, key=key, width="stretch")
+                               "scale": {"domain": ["ok", "error"], "range": ["#4c78a8", "#e45756"]}}}},
+        key=key, width="stretch")
     st.dataframe(rows, hide_index=True, width="stretch")
     st.caption(safe_markdown(f"{len(steps)} spans, {max(s.start_s + s.duration_s for s in steps):.2f} s in all "
                              "(OpenTelemetry GenAI spans; the same go to a collector when OTEL_EXPORTER_OTLP_ENDPOINT "
                              "is set)."))
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(str(item) for item in value)
+    return str(value)
