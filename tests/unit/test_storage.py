@@ -166,9 +166,9 @@ def test_opening_an_empty_database_migrates_it_to_head_once(database_url):
         assert {"conversations", "messages", "preferences", "api_responses", "mcp_tokens", "compare_votes",
                 "knowledge_collections", "knowledge_documents", "knowledge_chunks", "api_files",
                 "api_vector_store_files", "knowledge_vectors", "knowledge_files", "presets", "folders",
-                "conversation_tags", "alembic_version"} <= tables
+                "conversation_tags", "eval_sets", "eval_runs", "alembic_version"} <= tables
         with engine.connect() as connection:
-            assert current_revision(connection) == head_revision() == "0012"
+            assert current_revision(connection) == head_revision() == "0013"
         assert schema_differences(engine) == []  # the migration creates exactly what the models declare
         if engine.dialect.name == "postgresql":
             assert TRIGRAM_INDEX in {index["name"] for index in inspect(engine).get_indexes("messages")}
@@ -181,7 +181,7 @@ def test_opening_an_empty_database_migrates_it_to_head_once(database_url):
         upgrade_to_head(engine)  # again: nothing to do, nothing lost
         open_database(database_url).dispose()
         with engine.connect() as connection:
-            assert current_revision(connection) == "0012"
+            assert current_revision(connection) == "0013"
         assert store.get("alice", kept).title == "kept"
     finally:
         engine.dispose()
