@@ -69,10 +69,12 @@ def trace_id(span: Span) -> str:
     return format(context.trace_id, "032x") if context.is_valid else ""
 
 
-def start_chat(parent: Context, model: str, provider: str, params: GenerationParams,
-               messages: list[Any] | None = None) -> Span:
+def start_chat(parent: Context | None, model: str, provider: str, params: GenerationParams,
+               messages: list[Any] | None = None, operation: str = "chat") -> Span:
+    """A model call's span (`operation`: "chat", or "text_completion" for a raw prompt); `parent`: None for the
+    current context's span (an API request's)."""
     attributes: dict[str, Any] = {
-        gen_ai.GEN_AI_OPERATION_NAME: "chat", gen_ai.GEN_AI_PROVIDER_NAME: provider,
+        gen_ai.GEN_AI_OPERATION_NAME: operation, gen_ai.GEN_AI_PROVIDER_NAME: provider,
         gen_ai.GEN_AI_REQUEST_MODEL: model, gen_ai.GEN_AI_REQUEST_TEMPERATURE: params.temperature,
         gen_ai.GEN_AI_REQUEST_TOP_P: params.top_p, gen_ai.GEN_AI_REQUEST_TOP_K: params.top_k,
         gen_ai.GEN_AI_REQUEST_MAX_TOKENS: params.max_new_tokens, gen_ai.GEN_AI_REQUEST_STREAM: True}
@@ -80,12 +82,37 @@ def start_chat(parent: Context, model: str, provider: str, params: GenerationPar
         attributes[gen_ai.GEN_AI_REQUEST_SEED] = params.seed
     if messages is not None and capturing_content():
         attributes[gen_ai.GEN_AI_INPUT_MESSAGES] = _json(messages)
-    return _tracer().start_span(f"chat {model}", context=parent, kind=SpanKind.CLIENT, attributes=attributes)
+    return _tracer().start_span(f"{operation} {model}", context=parent, kind=SpanKind.CLIENT, attributes=attributes)
 
 
 def end_chat(span: Span, answer: Message) -> None:
-    metrics = answer.metrics or AnswerMetrics()
-    span.set_attribute(gen_ai.GEN_AI_RESPONSE_MODEL, answer.model)
+    _usage(span, answer.metrics or AnswerMetrics(), answer.model)
+    if capturing_content():
+        span.set_attribute(gen_ai.GEN_AI_OUTPUT_MESSAGES, _json([{
+            "role": "assistant", "content": answer.content,
+            "tool_calls": [call.to_openai() for call in answer.tool_calls]}]))
+    if answer.error:
+        span.set_status(Status(StatusCode.ERROR, answer.error[:500]))
+        span.set_attribute("error.type", "backend_error")
+    span.end()
+
+
+def end_generation(span: Span, metrics: AnswerMetrics | None, model: str, ended: str) -> None:
+    """An API request's model call ended (`ended`: its finish reason, "cancelled" or "error"): its usage, as
+    end_chat records an answer's. A span ended already is left as it is."""
+    if not span.is_recording():
+        return
+    _usage(span, metrics or AnswerMetrics(), model)
+    if metrics is None or not metrics.finish_reason:
+        span.set_attribute(gen_ai.GEN_AI_RESPONSE_FINISH_REASONS, [ended])
+    if ended == "error":
+        span.set_status(Status(StatusCode.ERROR, "the generation failed"))
+        span.set_attribute("error.type", "backend_error")
+    span.end()
+
+
+def _usage(span: Span, metrics: AnswerMetrics, model: str) -> None:
+    span.set_attribute(gen_ai.GEN_AI_RESPONSE_MODEL, model)
     span.set_attribute(gen_ai.GEN_AI_USAGE_INPUT_TOKENS, metrics.prompt_tokens)
     span.set_attribute(gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS, metrics.completion_tokens)
     span.set_attribute(gen_ai.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, metrics.cached_tokens)
@@ -95,14 +122,6 @@ def end_chat(span: Span, answer: Message) -> None:
         span.set_attribute(gen_ai.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK, metrics.time_to_first_token_s)
     if metrics.finish_reason:
         span.set_attribute(gen_ai.GEN_AI_RESPONSE_FINISH_REASONS, [metrics.finish_reason])
-    if capturing_content():
-        span.set_attribute(gen_ai.GEN_AI_OUTPUT_MESSAGES, _json([{
-            "role": "assistant", "content": answer.content,
-            "tool_calls": [call.to_openai() for call in answer.tool_calls]}]))
-    if answer.error:
-        span.set_status(Status(StatusCode.ERROR, answer.error[:500]))
-        span.set_attribute("error.type", "backend_error")
-    span.end()
 
 
 def start_tool(parent: Context, call: ToolCall, policy: str | None, decision: str | None = None) -> Span:

@@ -18,12 +18,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import Request
+from opentelemetry.trace import Span
 
-from app.clients.client_protocol import Client, ClientError, Delta
+from app.clients.client_protocol import Client, ClientError, Delta, GenerationParams
 from app.domain.conversation import AnswerMetrics
 from app.frontends.api.chat_completions.chat_protocol import APIError
 from app.frontends.api.metrics import ServerMetrics
 from app.frontends.api.model_holder import ModelHolder
+from app.telemetry import spans
 
 DISCONNECT_POLL_S = 0.1  # how often a request looks whether its client is still there
 _END = object()
@@ -79,6 +81,7 @@ class InFlight:
     """One generation: its deltas, when it started, and whether its client has left."""
 
     pump: DeltaPump
+    span: Span | None = None  # its model call's (app/telemetry/spans.py), ended with it
     started: float = field(default_factory=time.perf_counter)
     client_left: bool = False
     watcher: asyncio.Task[None] | None = None
@@ -131,11 +134,13 @@ class Generations:
         return client
 
     async def start(self, request: Request, stream: Callable[[threading.Event], Iterator[Delta]],
-                    share: asyncio.Semaphore | None = None) -> tuple[InFlight, Delta | None]:
+                    share: asyncio.Semaphore | None = None, params: GenerationParams | None = None,
+                    operation: str = "chat") -> tuple[InFlight, Delta | None]:
         """Start `stream(cancel)` on a thread; the generation and its first delta (None: it ended at once). A
         request that cannot be served raises here, as an HTTP error rather than a broken stream. It first waits for a
         free slot of `share` (the request's own bound, if any), then of the server's; each is released once the
-        generation has stopped. A client that leaves while it waits gets a 499."""
+        generation has stopped. A client that leaves while it waits gets a 499. With `params`, the generation is
+        traced as a model call (`operation`: "chat" or "text_completion"), a child of the request's span."""
         held: list[asyncio.Semaphore] = []
         try:
             for semaphore in (share, self._running):
@@ -158,7 +163,9 @@ class Generations:
 
         cancel = threading.Event()
         self.metrics.in_progress.inc()  # down again once the generation has stopped (DeltaPump's on_end)
-        flight = InFlight(DeltaPump(stream(cancel), cancel, ended))
+        span = None if params is None else spans.start_chat(
+            None, self.holder.served_name or "", self.holder.require().backend, params, operation=operation)
+        flight = InFlight(DeltaPump(stream(cancel), cancel, ended), span)
         flight.watch(request)
         self._in_flight.add(flight)
         try:
@@ -174,6 +181,8 @@ class Generations:
         if flight.watcher is not None:
             flight.watcher.cancel()
         self._in_flight.discard(flight)
+        if flight.span is not None:
+            spans.end_generation(flight.span, metrics, self.holder.served_name or "", ended)
         if metrics is not None:
             self.metrics.record_answer(metrics, ended, time.perf_counter() - flight.started)
 

@@ -61,7 +61,7 @@ class ChatCompletions:
         # Images are decoded (and http(s) ones fetched, where allowed) off the event loop.
         messages = await run_in_threadpool(protocol.messages, body, protocol.image_fetcher(ImageSettings.from_env()))
         flight, first = await self.generations.start(
-            request, lambda cancel: client.stream(messages, params, cancel, tools, response_format))
+            request, lambda cancel: client.stream(messages, params, cancel, tools, response_format), params=params)
         reply = Reply(model=body.model)
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)

@@ -230,7 +230,8 @@ class Completions:
         def start(choice: _Choice) -> Awaitable[tuple[InFlight, Delta | None]]:
             prompt = choice.prompt
             return self.generations.start(
-                request, lambda cancel: client.complete(prompt, params, cancel, body.suffix), share)
+                request, lambda cancel: client.complete(prompt, params, cancel, body.suffix), share, params,
+                "text_completion")
 
         choices = [_Choice(index, prompt) for index, prompt in enumerate(given)]
         await self._start_first(choices[:self.limits.prompts_at_once], start)

@@ -126,7 +126,8 @@ class Responses:
                                 summarize=bool(body.reasoning and body.reasoning.summary), searched=searched,
                                 show_results=search is not None and search.include_results)
         flight, first = await self.generations.start(
-            request, lambda cancel: client.stream(messages, params, cancel, tools.request, response_format))
+            request, lambda cancel: client.stream(messages, params, cancel, tools.request, response_format),
+            params=params)
 
         def keep() -> None:
             if store is not None and body.store:
