@@ -1,6 +1,7 @@
 """`python -m app.evals` (`make eval SET=... TARGETS=...`): an eval set run on targets, headless. Prints each
 target's pass rate and writes a JSON report; given the previous report (--baseline), names every case that went from
-passing to failing and exits with 1, so that a CI job fails on a regression. 2: unusable input."""
+passing to failing and exits with 1, so that a CI job fails on a regression. 2: unusable input, or a run that
+could not finish (never 1, which means a regression). Spans go to a collector where the OTEL_* variables say."""
 
 from __future__ import annotations
 
@@ -38,7 +39,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from app.evals.judge import judge_from
     from app.evals.report import changes, read_report, report, summarise
     from app.evals.runner import run_set
+    from app.telemetry.setup import configure_tracing, flush
     from app.tools import load_tools
+
+    configure_tracing()
 
     try:
         eval_set = read_set(Path(args.set))
@@ -56,10 +60,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:  # a fault of the app or an engine: not a regression, so not 1
+        print(f"error: the run failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
     finally:
         pool.close()
+        flush()
     written = report(eval_set.name, runs, [target.describe() for target in targets], started)
-    Path(args.out).write_text(json.dumps(written, ensure_ascii=False, indent=2), encoding="utf-8")
+    try:
+        Path(args.out).write_text(json.dumps(written, ensure_ascii=False, indent=2), encoding="utf-8")
+    except OSError as exc:
+        print(f"error: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     for summary in summarise(runs):
         print(f"{summary.label}: {summary.passes.describe()}")
     print(f"wrote {args.out}")

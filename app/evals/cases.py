@@ -19,10 +19,14 @@ model-judged wherever its result shows.
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal
 
+import regex
+from jsonschema import SchemaError
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from app.domain.conversation import ToolCall
+from app.limits.schema_validation import SchemaValidator
 
 MAX_CASES = 1000
 MAX_TEXT = 100_000
@@ -34,14 +38,13 @@ class _Strict(BaseModel):
 
 
 def _json_schema(schema: dict[str, Any] | None) -> dict[str, Any] | None:
-    """A schema that is one (checked against its own metaschema), so that a case fails when it is read."""
+    """A schema the app's bounded validator takes (app/limits/schema_validation.py: no fetched `$ref`, regexes
+    under a time limit), so that a case fails when it is read rather than when it runs."""
     if schema is not None:
-        from jsonschema import exceptions, validators
-
         try:
-            validators.validator_for(schema).check_schema(schema)
-        except exceptions.SchemaError as exc:
-            raise ValueError(f"not a valid JSON Schema: {exc.message}") from None
+            SchemaValidator(schema).errors(None)  # also resolves its references, which checking alone does not
+        except SchemaError as exc:
+            raise ValueError(f"not a usable JSON Schema: {exc.message}") from None
     return schema
 
 
@@ -75,7 +78,8 @@ class ContainsCheck(_Strict):
 
 
 class MatchesCheck(_Strict):
-    """The answer matches a regular expression (Python's `re.search`)."""
+    """The answer matches a regular expression (the `regex` package's search, which reads Python's syntax), under
+    a time limit: a pattern that backtracks without end fails the check instead of freezing the app."""
 
     type: Literal["matches"]
     pattern: str = Field(min_length=1, max_length=MAX_PATTERN)
@@ -84,8 +88,8 @@ class MatchesCheck(_Strict):
     @classmethod
     def _compiles(cls, pattern: str) -> str:
         try:
-            re.compile(pattern)
-        except re.error as exc:
+            regex.compile(pattern)
+        except regex.error as exc:
             raise ValueError(f"not a regular expression: {exc}") from None
         return pattern
 
@@ -141,9 +145,16 @@ class Message(_Strict):
 
     role: Literal["system", "user", "assistant", "tool"]
     content: str = Field(default="", max_length=MAX_TEXT)
-    tool_calls: list[dict[str, Any]] | None = None
-    tool_call_id: str | None = None
-    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = Field(default=None, max_length=100)
+    tool_call_id: str | None = Field(default=None, max_length=200)
+    name: str | None = Field(default=None, max_length=200)
+
+    @field_validator("tool_calls")
+    @classmethod
+    def _calls(cls, calls: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+        for call in calls or []:
+            ToolCall.from_openai(call)  # ValueError naming what is missing, when the file is read
+        return calls
 
 
 class Sampling(_Strict):

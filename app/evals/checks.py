@@ -10,10 +10,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from jsonschema import exceptions as schema_errors
-from jsonschema import validators
+import regex
+from jsonschema import SchemaError
 
 from app.compare.results import TargetResult
+from app.config import SchemaLimits
 from app.evals.cases import (
     Check,
     ContainsCheck,
@@ -25,6 +26,7 @@ from app.evals.cases import (
     NoToolCallCheck,
     ToolCallCheck,
 )
+from app.limits.schema_validation import SchemaValidator
 
 # (rubric, question, answer, judge's label) -> (meets it, the judge's reason)
 Judge = Callable[[str, str, str, str], tuple[bool, str]]
@@ -40,7 +42,10 @@ class CheckResult:
 
 
 def evaluate(check: Check, result: TargetResult, question: str = "", judge: Judge | None = None) -> CheckResult:
-    """Whether `result` passes `check`. A turn that ended in an error passes no check of its answer."""
+    """Whether `result` passes `check`. A turn that ended in an error passes no check at all: with the backend down,
+    "at most 16 tokens" must not pass."""
+    if result.error:
+        return CheckResult(check.type, False, f"the turn failed: {result.error}", isinstance(check, JudgeCheck))
     if isinstance(check, ToolCallCheck):
         return _tool_call(check, result)
     if isinstance(check, NoToolCallCheck):
@@ -52,16 +57,12 @@ def evaluate(check: Check, result: TargetResult, question: str = "", judge: Judg
     if isinstance(check, MaxTokensCheck):
         tokens = result.metrics.completion_tokens
         return CheckResult(check.type, tokens <= check.tokens, f"{tokens} tokens (at most {check.tokens})")
-    if result.error:
-        return CheckResult(check.type, False, f"the turn failed: {result.error}", isinstance(check, JudgeCheck))
     if isinstance(check, ContainsCheck):
         found = (check.text in result.answer if check.case_sensitive
                  else check.text.casefold() in result.answer.casefold())
         return CheckResult(check.type, found, f"{'has' if found else 'lacks'} {check.text!r}")
     if isinstance(check, MatchesCheck):
-        match = re.search(check.pattern, result.answer)
-        return CheckResult(check.type, match is not None,
-                           f"matches at {match.start()}" if match else f"no match for /{check.pattern}/")
+        return _matches(check, result.answer)
     if isinstance(check, JsonSchemaCheck):
         return _json_schema(check.schema_, result.answer, check.type)
     assert isinstance(check, JudgeCheck)
@@ -82,7 +83,7 @@ def _tool_call(check: ToolCallCheck, result: TargetResult) -> CheckResult:
             problems.append(f"its arguments did not parse: {call.arguments_text[:200]!r}")
             continue
         wrong = {key: call.arguments.get(key) for key, value in check.arguments.items()
-                 if call.arguments.get(key) != value}
+                 if key not in call.arguments or not _same(call.arguments[key], value)}
         if wrong:
             problems.append(f"arguments {json.dumps(wrong, ensure_ascii=False)[:300]} (expected "
                             f"{json.dumps({k: check.arguments[k] for k in wrong}, ensure_ascii=False)[:300]})")
@@ -94,6 +95,33 @@ def _tool_call(check: ToolCallCheck, result: TargetResult) -> CheckResult:
                 continue
         return CheckResult(check.type, True, f"called {check.name} with {json.dumps(call.arguments)[:300]}")
     return CheckResult(check.type, False, f"{check.name} was called, but " + "; ".join(problems))
+
+
+def _same(given: Any, expected: Any) -> bool:
+    """JSON equality: `true` is not 1, nor 1 `true` (Python's == says they are); 1 and 1.0 are the same number."""
+    if isinstance(given, bool) or isinstance(expected, bool):
+        return type(given) is type(expected) and given == expected
+    if isinstance(expected, dict):
+        return (isinstance(given, dict) and given.keys() == expected.keys()
+                and all(_same(given[key], expected[key]) for key in expected))
+    if isinstance(expected, list):
+        return (isinstance(given, list) and len(given) == len(expected)
+                and all(_same(a, b) for a, b in zip(given, expected, strict=True)))
+    return bool(given == expected)
+
+
+def _matches(check: MatchesCheck, answer: str) -> CheckResult:
+    limit = SchemaLimits.from_env().regex_timeout_s
+    try:
+        # concurrent: the GIL is let go while it searches, so a slow pattern holds up no other user
+        match = regex.compile(check.pattern).search(answer, timeout=limit, concurrent=True)
+    except TimeoutError:
+        return CheckResult(check.type, False, f"/{check.pattern[:100]}/ took over {limit:g} s on the answer (it "
+                                              "backtracks too much): simplify the pattern")
+    except regex.error as exc:
+        return CheckResult(check.type, False, f"the pattern cannot be used: {exc}")
+    return CheckResult(check.type, match is not None,
+                       f"matches at {match.start()}" if match else f"no match for /{check.pattern[:100]}/")
 
 
 def _json_schema(schema: dict[str, Any], answer: str, kind: str) -> CheckResult:
@@ -108,13 +136,13 @@ def _json_schema(schema: dict[str, Any], answer: str, kind: str) -> CheckResult:
 
 
 def _schema_problem(schema: dict[str, Any], value: Any) -> str | None:
+    """What is wrong with `value`, through the app's bounded validator (no fetched `$ref`, regexes under a time
+    limit); None when it is valid."""
     try:
-        validator = validators.validator_for(schema)
-        validator.check_schema(schema)
-        error = schema_errors.best_match(validator(schema).iter_errors(value))
-    except schema_errors.SchemaError as exc:
-        return f"the case's schema is not valid: {exc.message}"
-    if error is None:
+        errors = SchemaValidator(schema).errors(value, first_only=True)
+    except SchemaError as exc:
+        return f"the case's schema cannot be used: {exc.message}"
+    if not errors:
         return None
-    where = "/".join(str(part) for part in error.absolute_path) or "the value"
-    return f"{where}: {error.message}"[:300]
+    where = "/".join(str(part) for part in errors[0].absolute_path) or "the value"
+    return f"{where}: {errors[0].message}"[:300]

@@ -38,16 +38,26 @@ def parse_set(raw: bytes, where: str = "the file") -> EvalSet:
             if isinstance(event, yaml.AliasEvent):
                 raise EvalFileError(f"{where} uses a YAML alias (*name): write each value out instead.")
         data: Any = yaml.safe_load(text)
+        # JSON's values only: YAML's dates, binary, sets and .nan would pass the cases' Any fields and break
+        # later (a stored document is JSON).
+        data = json.loads(json.dumps(data, allow_nan=False))
     except UnicodeDecodeError:
         raise EvalFileError(f"{where} is not UTF-8 text.") from None
     except yaml.YAMLError as exc:
         raise EvalFileError(f"{where} is not YAML or JSON: {exc}".rstrip()) from None
+    except RecursionError:
+        raise EvalFileError(f"{where} nests its values too deeply.") from None
+    except (TypeError, ValueError) as exc:
+        raise EvalFileError(f"{where} holds a value JSON cannot ({exc}): a date, binary data, a set or NaN. Quote it "
+                            "if it is text.") from None
     if not isinstance(data, dict):
         raise EvalFileError(f"{where} must hold one eval set: a mapping with name and cases.")
     try:
         return EvalSet.model_validate(data)
     except ValidationError as exc:
         raise EvalFileError(describe(exc, where)) from None
+    except RecursionError:
+        raise EvalFileError(f"{where} nests its values too deeply.") from None
 
 
 def set_to_yaml(eval_set: EvalSet) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Sequence
+from dataclasses import replace
 
 from app.clients.client_protocol import ClientError, ResponseFormat
 from app.compare.compare_run import ClientFor
@@ -30,8 +31,6 @@ def judge_from(targets: Sequence[Target], client_for: ClientFor, max_new_tokens:
         target = by_label.get(label)
         if target is None:
             return False, f"no target is labelled {label!r} (the targets: {', '.join(by_label)})"
-        from dataclasses import replace
-
         prompt = (f"Rubric: {rubric}\n\nQuestion: {question}\n\nAnswer: {answer}\n\n"
                   "Does the answer meet the rubric?")
         params = replace(target.params, temperature=0.0, max_new_tokens=max_new_tokens, seed=0)
@@ -40,7 +39,9 @@ def judge_from(targets: Sequence[Target], client_for: ClientFor, max_new_tokens:
             text = "".join(delta.text for delta in client_for(target.settings).stream(
                 messages, params, threading.Event(), None, VERDICT))  # type: ignore[arg-type]
             verdict = json.loads(text)
-            return bool(verdict["meets"]), str(verdict.get("reason", ""))[:300]
+            if not isinstance(verdict, dict) or not isinstance(verdict.get("meets"), bool):
+                return False, "the judge's reply was no verdict"  # "false" as a string is not true
+            return verdict["meets"], str(verdict.get("reason", ""))[:300]
         except ClientError as exc:
             return False, f"the judge failed: {exc}"
         except (ValueError, KeyError, TypeError):

@@ -77,7 +77,8 @@ def case_from_turn(conversation: Conversation, answer_index: int, name: str, che
                    page: str = "chat", tools: Sequence[str] = (), tool_choice: str = "auto",
                    system_prompt: str | None = None, sampling: Sampling | None = None) -> EvalCase:
     """The case for the answer that starts at message `answer_index`: the conversation up to the question before
-    it (text only: pictures and documents' text are not part of a case), with the page's tools and settings.
+    it (text only: pictures are left out; a user's documents and retrieved passages are kept as the model read
+    them), with the page's tools and settings.
     EvalLibraryError when there is no question before it, or the case does not pass its checks."""
     messages = conversation.messages[:answer_index]
     if not messages or messages[-1].role != "user":

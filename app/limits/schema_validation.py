@@ -164,7 +164,7 @@ class SchemaValidator:
     def errors(self, instance: Any, *, first_only: bool = False) -> list[ValidationError]:
         """What is wrong with `instance`, ordered by where in it (empty when it is valid). A regex that cannot run in
         time is one more error that says so, and ends the check. SchemaError when the schema needs a `$ref` from
-        outside itself."""
+        outside itself, or its references go round without end."""
         found: list[ValidationError] = []
         limit = SchemaLimits.from_env().regex_timeout_s
         token = _DEADLINE.set((limit, time.monotonic() + limit))
@@ -178,6 +178,8 @@ class SchemaValidator:
         except Unresolvable as exc:
             raise SchemaError(f"it refers to {str(getattr(exc, 'ref', exc))[:200]!r}, which is not inside it "
                               "(references outside a schema are never fetched)") from None
+        except RecursionError:  # {"$ref": "#"}: a reference back to itself, followed without end
+            raise SchemaError("its references lead back to themselves without end") from None
         finally:
             _DEADLINE.reset(token)
         return sorted(found, key=lambda error: [str(part) for part in error.path])

@@ -287,7 +287,17 @@ def _messages(document: ExportFile) -> list[Message]:
         if document.version == 1 and record.versions:
             raise ImportRejected(f"metadata[{index}].versions: format version 1 has no versions (this file says "
                                  "version 1)")
-    return [record.to_message() for record in document.metadata]
+    return [_untraced(record.to_message()) for record in document.metadata]
+
+
+def _untraced(message: Message) -> Message:
+    """`message` (and its versions) without trace ids: a trace is its writer's process's, and an imported id must
+    not open whatever trace of another user's bears it there (app/telemetry/timeline.py)."""
+    message.trace_id = ""
+    for version in message.versions:
+        for other in version:
+            _untraced(other)
+    return message
 
 
 def _check_branches(messages: list[Message], source: str) -> None:

@@ -25,9 +25,10 @@ def exporting() -> bool:
     return bool(os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
 
 
-def configure_tracing() -> None:
-    """Once per process (the app, the API server, the MCP server): the provider, the timeline's processor and,
-    when configured, the OTLP exporter."""
+def configure_tracing(timelines: bool = False) -> None:
+    """Once per process (the app, the API server, the MCP server, `make eval`): the provider and, when configured,
+    the OTLP exporter; `timelines`: also keep the latest traces in memory for the answers' timelines (the app's
+    own process only: nobody reads them elsewhere)."""
     global _configured
     with _lock:
         if _configured or os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
@@ -35,7 +36,8 @@ def configure_tracing() -> None:
             return
         service = os.environ.get("OTEL_SERVICE_NAME") or SERVICE
         provider = TracerProvider(resource=Resource.create({"service.name": service}))
-        provider.add_span_processor(TIMELINES)
+        if timelines:
+            provider.add_span_processor(TIMELINES)
         if exporting():
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 

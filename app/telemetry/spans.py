@@ -8,9 +8,12 @@
 - `{mcp.method.name} {target}` (e.g. `tools/call search`): each request to an MCP server, as the MCP conventions
   name it, a child of the tool call that made it; and each tool call the app's own MCP server answers.
 
-Spans are started and ended explicitly, each with its parent given (never the "current" span): the loop is a
-generator whose steps may run on any thread. Prompt and answer text go into spans only when the person turned
-content capture on (OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true), as the conventions say."""
+Spans are started and ended explicitly. Within a turn each is given its parent (never the "current" span): the loop
+is a generator whose steps may run on any thread. A turn's own span, an API request's model call and an MCP request
+made outside a tool call belong to whatever span is current where they start (an API request's, or none).
+
+Prompt and answer text go into spans only when the person turned content capture on
+(OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true), as the conventions say."""
 
 from __future__ import annotations
 

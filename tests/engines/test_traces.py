@@ -144,6 +144,7 @@ def test_a_tool_loop_turn_reaches_a_collector_as_genai_spans(tiny_client, monkey
     assert [step.name for step in steps][0] == "invoke_agent composite-demo" and len(steps) == 4
     assert steps[0].depth == 0 and all(step.depth == 1 for step in steps[1:])
     assert all(step.start_s >= 0 and step.duration_s >= 0 for step in steps)
+    assert "marmalade" not in repr([step.attributes for step in steps])  # the timeline keeps no captured text
 
 
 def test_an_approved_mcp_call_shows_its_wait_and_its_request_to_the_server(tiny_client, tmp_path):

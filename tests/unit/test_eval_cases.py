@@ -4,6 +4,8 @@ intervals."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from app.compare.results import CallCheck, TargetResult
@@ -47,12 +49,23 @@ def test_a_hand_written_set_reads_and_round_trips_through_yaml_and_json():
     assert "schema:" in set_to_yaml(read) and "schema_" not in set_to_yaml(read)
 
 
+_ONE_CASE = b"name: x\ncases:\n  - name: a\n    messages: [{role: user, content: hi}]\n    checks: "
+
+
 @pytest.mark.parametrize(("raw", "said"), [
     (b"name: x\ncases: []", "cases: List should have at least 1 item"),
     (HAND_WRITTEN.replace(b"seconds: 30", b"seconds: -1"), "cases.0.checks.2.max_latency.seconds"),
     (HAND_WRITTEN.replace(b"type: contains", b"type: sounds_like"), "does not match any of the expected tags"),
     (HAND_WRITTEN.replace(b"- {role: user, content: \"Capital of France?\"}", b""), "the last message must be"),
-    (HAND_WRITTEN.replace(b"type: string", b"type: strung"), "not a valid JSON Schema"),
+    (HAND_WRITTEN.replace(b"type: string", b"type: strung"), "not a usable JSON Schema"),
+    (_ONE_CASE + b"[{type: json_schema, schema: {$ref: '#'}}]", "lead back to themselves"),
+    (_ONE_CASE + b"[{type: json_schema, schema: {$ref: 'https://example.com/s.json'}}]", "never fetched"),
+    (b"name: x\ncases:\n  - name: a\n    messages: [{role: assistant, tool_calls: [{}]}, {role: user, "
+     b"content: hi}]\n    checks: [{type: no_tool_call}]", "needs function.name"),
+    (b"name: x\ncases: " + b"[" * 5000 + b"]" * 5000, "nests its values too deeply"),
+    (_ONE_CASE + b"[{type: tool_call, name: f, arguments: {a: !!binary /w==}}]", "a value JSON cannot"),
+    (_ONE_CASE + b"[{type: tool_call, name: f, arguments: {day: 2026-11-29}}]", "Quote it"),
+    (_ONE_CASE + b"[{type: tool_call, name: f, arguments: {x: .nan}}]", "a value JSON cannot"),
     (HAND_WRITTEN.replace(b"name: answers in JSON", b"name: multiplies"), "two cases are named 'multiplies'"),
     (b"name: x\ncases:\n  - name: a\n    messages: [{role: user, content: hi}]\n    checks: [{type: matches, "
      b"pattern: '(unclosed'}]", "not a regular expression"),
@@ -65,6 +78,29 @@ def test_a_file_with_a_mistake_is_refused_whole_with_its_place(raw, said):
     with pytest.raises(EvalFileError) as refused:
         parse_set(raw, "set.yaml")
     assert said in str(refused.value), str(refused.value)
+
+
+def test_a_pattern_that_backtracks_without_end_fails_its_check_in_time(monkeypatch):
+    monkeypatch.setenv("DEMO_SCHEMA_REGEX_TIMEOUT_S", "0.2")
+    started = time.monotonic()
+    slow = evaluate(_check("{type: matches, pattern: '^(a|aa)+$'}"), _result("a" * 40 + "!"))
+    assert not slow.passed and "backtracks too much" in slow.detail and time.monotonic() - started < 5
+    in_schema = "{type: json_schema, schema: {properties: {a: {type: string, pattern: '^(a|aa)+$'}}}}"
+    assert "could not be checked" in evaluate(_check(in_schema), _result('{"a": "' + "a" * 40 + '!"}')).detail
+    assert time.monotonic() - started < 10
+
+
+def test_a_failed_turn_passes_no_check_and_json_types_are_not_confused():
+    for check in ("{type: max_tokens, tokens: 16}", "{type: max_latency, seconds: 9}", "{type: no_tool_call}"):
+        assert not evaluate(_check(check), _result(error="the backend is down", tokens=0)).passed
+    flag = CallCheck("f", {"n": True}, result="", status="ok")
+    assert not evaluate(_check("{type: tool_call, name: f, arguments: {n: 1}}"), _result("", [flag])).passed
+    assert evaluate(_check("{type: tool_call, name: f, arguments: {n: true}}"), _result("", [flag])).passed
+    number = CallCheck("f", {"n": 1.0, "xs": [1, {"k": False}]}, result="", status="ok")
+    assert evaluate(_check("{type: tool_call, name: f, arguments: {n: 1, xs: [1, {k: false}]}}"),
+                    _result("", [number])).passed
+    assert not evaluate(_check("{type: tool_call, name: f, arguments: {xs: [1, {k: 0}]}}"),
+                        _result("", [number])).passed
 
 
 def _result(answer: str = "", calls: list[CallCheck] | None = None, error: str | None = None,

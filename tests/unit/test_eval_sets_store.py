@@ -5,10 +5,12 @@ gone with its set, and every owner apart."""
 from __future__ import annotations
 
 import pytest
+from sqlalchemy import func, select
 
 from app.storage import VersionConflict
 from app.storage.eval_sets import MAX_RUNS_KEPT, EvalSetStore, EvalSetTaken
 from app.storage.migrate import current_revision, head_revision
+from app.storage.tables import EvalRunRow
 from tests.database import schema_differences
 
 DOCUMENT = {"name": "Arithmetic", "cases": [{"name": "multiplies", "messages": [{"role": "user", "content": "17*23?"}],
@@ -43,5 +45,6 @@ def test_runs_are_kept_newest_first_and_go_with_their_set(engine):
     assert store.delete("alice", "Arithmetic") and not store.delete("alice", "Arithmetic")
     assert store.runs("alice", "Arithmetic") == []
     with engine.connect() as connection:
+        assert connection.scalar(select(func.count()).select_from(EvalRunRow)) == 0  # its runs went with it
         assert current_revision(connection) == head_revision()
     assert schema_differences(engine) == []

@@ -342,3 +342,11 @@ def test_settings_the_import_would_refuse_are_left_out_of_the_export(sqlite_stor
     assert (copy.settings, copy.messages) == ({"system_prompt": "Be brief."}, [Message("user", "hi")])
     for id in (original, copy.id):
         sqlite_store.delete("alice", id)
+
+
+def test_an_import_keeps_when_calls_were_asked_about_but_no_trace_id(sqlite_store):
+    """A trace id names a trace in the writer's process: imported, it could open another user's timeline there."""
+    messages = [Message("user", "Add"), Message("assistant", "", trace_id="ab" * 16, tool_calls=[
+        ToolCall("add", {"a": 1}, id="call_9", asked_at=1_790_000_000.5)])]
+    (_, answer) = _round_trip(sqlite_store, messages)
+    assert answer.trace_id == "" and answer.tool_calls[0].asked_at == 1_790_000_000.5

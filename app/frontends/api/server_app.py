@@ -82,7 +82,8 @@ def create_app(settings: ServerSettings, client: Client | None = None,
     if exporting():  # a server span per request, the parent of its model calls' (OpenTelemetry's own middleware)
         from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 
-        FastAPIInstrumentor.instrument_app(app, excluded_urls="health,metrics")
+        # Without its per-chunk "http send" spans: a streamed answer would be thousands of them.
+        FastAPIInstrumentor.instrument_app(app, excluded_urls="health,metrics", exclude_spans=["send", "receive"])
     add_error_handlers(app, metrics)
 
     @app.get("/health", responses={503: {"description": "The model is loading or failed to load."}})

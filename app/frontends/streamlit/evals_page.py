@@ -88,7 +88,11 @@ def _show(store: EvalSetStore, owner: str, name: str) -> None:
     with row[2].popover("Delete the set", icon=":material/delete:"):
         st.write(safe_markdown(f"Deletes **{name}**, its {len(eval_set.cases)} cases and its runs."))
         if st.button("Delete", key="evals/delete", type="primary"):
-            store.delete(owner, name)
+            try:
+                store.delete(owner, name)
+            except StorageError as exc:
+                st.error(safe_markdown(f"The set could not be deleted: {exc}"), icon=":material/error:")
+                return
             st.session_state.pop(_CHOSEN, None)
             st.rerun()
     _run(store, owner, eval_set)
@@ -122,12 +126,24 @@ def _run(store: EvalSetStore, owner: str, eval_set: EvalSet) -> None:
         except ValueError as exc:
             st.error(safe_markdown(str(exc)), icon=":material/error:")
             return
+        except Exception as exc:  # an engine's fault ends this run with a message, never the page
+            st.error(safe_markdown(f"The run failed: {type(exc).__name__}: {exc}"), icon=":material/error:")
+            return
         written = report(eval_set.name, runs, [target.describe()], started)
-        previous = store.runs(owner, eval_set.name, limit=1)
-        store.add_run(owner, eval_set.name, written)
+        previous: list[dict[str, Any]] = []
+        try:
+            previous = store.runs(owner, eval_set.name, limit=1)
+            store.add_run(owner, eval_set.name, written)
+        except (LookupError, StorageError) as exc:  # the set deleted in another tab meanwhile, or the database down
+            st.warning(safe_markdown(f"This run could not be kept with its set ({exc}); its results are below."),
+                       icon=":material/cloud_off:")
         _results(written, previous[0] if previous else None)
     else:
-        latest = store.runs(owner, eval_set.name, limit=2)
+        try:
+            latest = store.runs(owner, eval_set.name, limit=2)
+        except StorageError as exc:
+            st.warning(safe_markdown(f"The set's earlier runs could not be read: {exc}"), icon=":material/cloud_off:")
+            return
         if latest:
             st.caption(f"The last run, {latest[0]['finished'][:16].replace('T', ' ')} UTC:")
             _results(latest[0], latest[1] if len(latest) > 1 else None)

@@ -17,7 +17,7 @@ from app.telemetry.setup import configure_tracing
 def run() -> None:
     """Draws one run of the app: page config, navigation, the saved conversation, the sidebar, then the page."""
     offline_by_default()
-    configure_tracing()  # once per process: the answers' timelines, and OTLP export where OTEL_* asks for it
+    configure_tracing(timelines=True)  # once per process: the answers' timelines, and OTLP export where asked
     # An emoji icon is drawn in the browser; a :material/...: one is fetched from fonts.gstatic.com on every load.
     st.set_page_config(page_title="Composite LLM demo", page_icon="💬", layout="wide")
 
