@@ -46,7 +46,7 @@ class ToolCall:
     arguments: dict[str, Any]
     id: str = field(default_factory=new_call_id)
     edited_from: dict[str, Any] | None = None
-    asked_at: float | None = None
+    asked_at: float | None = field(default=None, compare=False)  # when, not what: the same call either way
 
     def to_openai(self) -> ToolCallMessage:
         return {

@@ -114,7 +114,8 @@ def test_a_result_past_the_sdks_check_is_checked_again_and_keeps_its_text():
     """Should a result reach the registry unchecked (the SDK only checks tools it has listed), the registry checks
     it against the tool's output schema: the text stays, the structured result goes, and the text says why."""
 
-    async def call(tool: str, arguments: dict[str, Any], questions: Any = None) -> types.CallToolResult:
+    async def call(tool: str, arguments: dict[str, Any], questions: Any = None, trace: Any = None
+                   ) -> types.CallToolResult:
         return RESULTS[tool]
 
     server = SimpleNamespace(name="unchecked", tools=tuple(TOOLS[4:6]), call=call)

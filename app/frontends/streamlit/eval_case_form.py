@@ -30,25 +30,29 @@ def save_as_test_case(page: str, conversation: Conversation, head: int, last: in
     calls = [call for message in conversation.messages[head : last + 1] for call in message.tool_calls]
     with st.popover("Test case", icon=":material/fact_check:", type="tertiary",
                     help="Keep this turn as a test case in an eval set, with the checks its answer must pass"):
-        with st.form(key=f"eval_case/{page}/{head}", border=False, enter_to_submit=False):
-            set_name = st.text_input("Eval set", value=st.session_state.get(_LAST_SET, DEFAULT_SET), max_chars=200)
+        form = f"eval_case/{page}/{head}"
+        with st.form(key=form, border=False, enter_to_submit=False):
+            set_name = st.text_input("Eval set", value=st.session_state.get(_LAST_SET, DEFAULT_SET), max_chars=200,
+                                     key=f"{form}/set")
             name = st.text_input("Case name", value=conversation.messages[head - 1].content.strip()[:60] or "case",
-                                 max_chars=200)
+                                 max_chars=200, key=f"{form}/name")
             st.caption("Checks its answer must pass (at least one):")
             tool = st.text_input("Calls the tool", value=calls[0].name if calls else "",
-                                 help="Empty: no tool call is expected")
+                                 help="Empty: no tool call is expected", key=f"{form}/tool")
             arguments = st.text_area("…with these arguments (JSON object: each key given must match)",
                                      value=json.dumps(calls[0].arguments, ensure_ascii=False) if calls else "",
-                                     height=68)
-            contains = st.text_input("Answer contains")
-            pattern = st.text_input("Answer matches (a regular expression)")
-            schema = st.text_area("Answer is JSON matching this JSON Schema", height=68)
-            seconds = st.number_input("At most this many seconds (0: any)", min_value=0.0, value=0.0, step=1.0)
-            tokens = st.number_input("At most this many tokens (0: any)", min_value=0, value=0, step=16)
+                                     height=68, key=f"{form}/arguments")
+            contains = st.text_input("Answer contains", key=f"{form}/contains")
+            pattern = st.text_input("Answer matches (a regular expression)", key=f"{form}/pattern")
+            schema = st.text_area("Answer is JSON matching this JSON Schema", height=68, key=f"{form}/schema")
+            seconds = st.number_input("At most this many seconds (0: any)", min_value=0.0, value=0.0, step=1.0,
+                                      key=f"{form}/seconds")
+            tokens = st.number_input("At most this many tokens (0: any)", min_value=0, value=0, step=16,
+                                     key=f"{form}/tokens")
             rubric = st.text_area("Model-judged: a rubric the answer must meet", height=68,
                                   help="Judged by a model (the target named below) when the set runs: marked as "
-                                       "model-judged in every report")
-            judge = st.text_input("Judged by (a target's label)")
+                                       "model-judged in every report", key=f"{form}/rubric")
+            judge = st.text_input("Judged by (a target's label)", key=f"{form}/judge")
             saved = st.form_submit_button("Save the test case", type="primary", icon=":material/save:")
         if saved:
             _save(page, conversation, head, calls, set_name.strip(), name.strip(), {
