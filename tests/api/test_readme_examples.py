@@ -111,6 +111,8 @@ MCP_SERVER = "The app's tools as an MCP server"
 RESPONSES = "The Responses API: Codex CLI, the OpenAI Agents SDK"
 FILES = "Files and vector stores: your documents through the API"
 FILE_SEARCH = "file_search in the Responses API"
+EVAL_SETS = "Eval sets: turns that went right (or wrong), kept as tests"
+RUNNING_EVALS = "Running a set"
 # Each example, by section and language, and the test that runs it: a new example needs a test (and a line here).
 EXAMPLES = {
     ("Two commands", "bash"): "test_the_two_commands_are_what_make_runs",
@@ -127,6 +129,11 @@ EXAMPLES = {
     (FILE_SEARCH, "python"): "test_the_vector_store_example_finds_the_page_that_answers (then its file_search)",
     (MCP_SERVER, "json"): "test_the_mcp_client_configuration_starts_the_apps_mcp_server",
     ("The tree", ""): "test_the_tree_in_the_docs_exists",
+    (EVAL_SETS, "yaml"): "test_the_hand_written_eval_set_reads_as_written",
+    (RUNNING_EVALS, "bash"): "test_the_make_eval_examples_run_the_evals_as_the_docs_say",
+    (RUNNING_EVALS, "yaml"): "test_the_make_eval_examples_run_the_evals_as_the_docs_say (the CI step)",
+    ("Traces", "bash"): "tests/api/test_api_traces.py (a server started with these OTEL_* variables exports to a "
+                        "local OTLP receiver; the app configures tracing through the same function)",
 }
 
 
@@ -203,6 +210,42 @@ def test_the_two_commands_are_what_make_runs():
     assert serve in dry_run("run")
     plan = dry_run("test")
     assert "ruff check" in plan and "mypy" in plan and "-m pytest -q tests" in plan
+
+
+# ----- Evals ------------------------------------------------------------------------------------------------------
+
+def test_the_hand_written_eval_set_reads_as_written():
+    from app.evals.files import parse_set, set_to_yaml
+
+    (example,) = blocks(EVAL_SETS, "yaml")
+    eval_set = parse_set(example.text.encode(), example.document)
+    (case,) = eval_set.cases
+    assert (eval_set.name, case.page, case.tools) == ("Calculator", "tools", ["calculator"])
+    assert [check.type for check in case.checks] == ["tool_call", "contains", "max_latency"]
+    assert parse_set(set_to_yaml(eval_set).encode()) == eval_set  # exported as the Evals page does, the same set
+
+
+def test_the_make_eval_examples_run_the_evals_as_the_docs_say():
+    """Each `make eval` line of the docs (and the CI step's) is the headless run it says (`make -n` prints without
+    running; tests/engines/test_evals_run.py runs `python -m app.evals` itself)."""
+    import yaml
+
+    (commands,) = blocks(RUNNING_EVALS, "bash")
+    (workflow,) = blocks(RUNNING_EVALS, "yaml")
+    lines = [line.split("#")[0].split() for line in commands.text.splitlines()]
+    lines.append(yaml.safe_load(workflow.text)[0]["run"].split())
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "TARGETS", "SET")}
+    for words in lines:
+        assert words[:2] == ["make", "eval"], words
+        settings = dict(word.split("=", 1) for word in words[2:])
+        done = subprocess.run(["make", "-n", *words[1:]], cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr
+        (run,) = [line for line in done.stdout.replace("\\\n", " ").splitlines() if "-m app.evals" in line]
+        assert f"--set {settings['SET']}" in run and f"--targets {settings['TARGETS']}" in run
+        assert f"--out {settings.get('EVAL_REPORT', 'eval-report.json')}" in run
+        assert ("REPEATS" not in settings) or f"--repeats {settings['REPEATS']}" in run
+        assert ("BASELINE" not in settings) or f"--baseline {settings['BASELINE']}" in run
 
 
 # ----- Adding your own tool ----------------------------------------------------------------------------------------
