@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -33,6 +31,7 @@ from app.mcp_client import McpManager, mcp_registry
 from app.telemetry import spans
 from app.telemetry.timeline import TimelineProcessor
 from app.tools import load_tools
+from harness.local_http import serve
 from tests.api.test_mcp_client import SERVER, write_config
 
 QUESTION = "What is 6 * 7? Secret word: marmalade."
@@ -40,31 +39,17 @@ QUESTION = "What is 6 * 7? Secret word: marmalade."
 
 @contextmanager
 def otlp_receiver() -> Iterator[tuple[str, list[ExportTraceServiceRequest]]]:
+    """A collector's OTLP/HTTP trace endpoint on 127.0.0.1: the base URL, and the export requests it received."""
     received: list[ExportTraceServiceRequest] = []
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # http.server's naming
-            body = self.rfile.read(int(self.headers["Content-Length"]))
-            if self.path == "/v1/traces":
-                request = ExportTraceServiceRequest()
-                request.ParseFromString(body)
-                received.append(request)
-            self.send_response(200)
-            self.send_header("Content-Type", "application/x-protobuf")
-            self.send_header("Content-Length", "0")
-            self.end_headers()
+    def traces(_handler: Any, body: bytes) -> tuple[int, dict[str, str], bytes]:
+        request = ExportTraceServiceRequest()
+        request.ParseFromString(body)
+        received.append(request)
+        return 200, {"Content-Type": "application/x-protobuf"}, b""
 
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", received
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve({"/v1/traces": traces}) as url:
+        yield url, received
 
 
 @contextmanager
