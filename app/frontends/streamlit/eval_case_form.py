@@ -4,6 +4,7 @@ what the answer did (its first tool call and arguments), so that "this was right
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -30,7 +31,9 @@ def save_as_test_case(page: str, conversation: Conversation, head: int, last: in
     calls = [call for message in conversation.messages[head : last + 1] for call in message.tool_calls]
     with st.popover("Test case", icon=":material/fact_check:", type="tertiary",
                     help="Keep this turn as a test case in an eval set, with the checks its answer must pass"):
-        form = f"eval_case/{page}/{head}"
+        # Keyed by the answer too: after Regenerate the form starts again from the new answer.
+        answer = "".join(m.content for m in conversation.messages[head : last + 1]) + "".join(c.id for c in calls)
+        form = f"eval_case/{page}/{head}/{hashlib.sha256(answer.encode()).hexdigest()[:12]}"
         with st.form(key=form, border=False, enter_to_submit=False):
             set_name = st.text_input("Eval set", value=st.session_state.get(_LAST_SET, DEFAULT_SET), max_chars=200,
                                      key=f"{form}/set")
