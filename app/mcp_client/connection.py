@@ -15,6 +15,7 @@ timeout) and the status is "sign-in" with the URL to open; callers meanwhile get
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import math
 import os
 import sys
@@ -131,7 +132,10 @@ class ServerConnection:
     def protocol_version(self) -> str | None:
         """The MCP version agreed with the server, while connected."""
         link = self._link
-        return link.client.protocol_version if link is not None and link.client is not None else None
+        try:
+            return link.client.protocol_version if link is not None and link.client is not None else None
+        except RuntimeError:  # the session ended under us (the server exited): no version, and no crash
+            return None
 
     @property
     def tools(self) -> tuple[types.Tool, ...]:
@@ -303,7 +307,10 @@ class ServerConnection:
             ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             link.ready = ready
             self._link = link
-            link.task = asyncio.create_task(self._hold(link, ready), name=f"mcp-server-{self.name}")
+            # A context of its own: this task outlives the call that connected, and its spans (the SDK's
+            # initialize, a reconnect's listing) must not hang off that call's trace.
+            link.task = asyncio.create_task(self._hold(link, ready), name=f"mcp-server-{self.name}",
+                                            context=contextvars.Context())
             await ready  # ToolError when it could not connect
             return link
 
@@ -409,7 +416,7 @@ class ServerConnection:
             raise RuntimeError(found)
 
     async def _list_tools(self, client: Client) -> tuple[types.Tool, ...]:
-        with spans.mcp_request(self.name, self.kind, "tools/list", protocol_version=client.protocol_version):
+        with spans.mcp_request(self.name, self.kind, "tools/list", protocol_version=self.protocol_version):
             return await _list_all(client)
 
     async def _note_refusal(self, response: httpx2.Response) -> None:

@@ -1,5 +1,5 @@
-"""The process's tracer provider, set once: always an SDK provider (the app's own timeline reads its spans from
-memory, timeline.py), exporting over OTLP/HTTP only when OTEL_EXPORTER_OTLP_ENDPOINT or
+"""The process's tracer provider, set once: always an SDK provider (in the Streamlit app, the answers' timelines
+read its spans from memory, timeline.py), exporting over OTLP/HTTP only when OTEL_EXPORTER_OTLP_ENDPOINT or
 OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set, with every other standard OTEL_* variable (headers, service name,
 sampler...) read by the SDK itself. OTEL_SDK_DISABLED=true turns tracing off altogether."""
 

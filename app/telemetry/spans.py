@@ -6,7 +6,7 @@
 - `execute_tool {tool}`: each tool call, with its run policy, the user's decision and how long it waited for it,
   its result's size and its error;
 - `{mcp.method.name} {target}` (e.g. `tools/call search`): each request to an MCP server, as the MCP conventions
-  name it, a child of the tool call that made it; and each tool call the app's own MCP server answers.
+  name it, a child of the tool call that made it (the app's own MCP server is traced by the SDK's middleware).
 
 Spans are started and ended explicitly. Within a turn each is given its parent (never the "current" span): the loop
 is a generator whose steps may run on any thread. A turn's own span, an API request's model call and an MCP request
@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
@@ -136,7 +137,7 @@ def start_tool(parent: Context, call: ToolCall, policy: str | None, decision: st
         attributes["app.tool.policy"] = policy
     if decision:
         attributes["app.tool.decision"] = decision
-    if call.asked_at is not None:
+    if decision is not None and call.asked_at is not None:  # only when it was decided now, not on a later resume
         attributes["app.tool.approval_wait_s"] = max(0.0, time.time() - call.asked_at)
     if capturing_content():
         attributes[gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS] = _json(call.arguments)
@@ -163,14 +164,14 @@ def _json(value: Any) -> str:
 
 @contextmanager
 def mcp_request(server: str, transport: str | None, method: str, target: str = "", parent: Context | None = None,
-                protocol_version: str | None = None, serving: bool = False) -> Iterator[Span]:
+                protocol_version: str | None = None) -> Iterator[Span]:
     """A CLIENT span around one request to MCP server `server` (`method`: `tools/call`, `prompts/get`, ...; `target`:
-    the tool, the prompt or the resource it names); an exception leaving it marks the span failed, with its type.
-    `parent`: the span it belongs to (None: the current context's). `serving`: a SERVER span instead, around a
-    request the app's own MCP server answers (`server` then empty)."""
-    attributes: dict[str, Any] = {"mcp.method.name": method}
-    if server:
-        attributes["app.mcp.server"] = server
+    the tool, the prompt or the resource it names), current while it runs: the SDK's own span for the message it
+    sends ("MCP send ...", which carries the trace to the server) is its child. An exception leaving it marks it
+    failed with the exception's type (its text, which may quote a result, only with content capture on).
+    `parent`: the span it belongs to (None: the current context's). The app's own MCP server needs none of this:
+    the SDK's middleware spans each request it answers."""
+    attributes: dict[str, Any] = {"mcp.method.name": method, "app.mcp.server": server}
     if transport:
         attributes["network.transport"] = "pipe" if transport == "stdio" else "tcp"
     if method == "tools/call":
@@ -182,13 +183,15 @@ def mcp_request(server: str, transport: str | None, method: str, target: str = "
         attributes["mcp.resource.uri"] = target
     if protocol_version:
         attributes["mcp.protocol.version"] = protocol_version
-    span = _tracer().start_span(f"{method} {target}".strip(), context=parent,
-                                kind=SpanKind.SERVER if serving else SpanKind.CLIENT, attributes=attributes)
+    span = _tracer().start_span(f"{method} {target}".strip(), context=parent, kind=SpanKind.CLIENT,
+                                attributes=attributes)
+    token = otel_context.attach(trace.set_span_in_context(span))  # within one task: detached in the same one
     try:
         yield span
     except BaseException as exc:
         span.set_attribute("error.type", type(exc).__name__)
-        span.set_status(Status(StatusCode.ERROR, str(exc)[:500]))
+        span.set_status(Status(StatusCode.ERROR, str(exc)[:500] if capturing_content() else type(exc).__name__))
         raise
     finally:
+        otel_context.detach(token)
         span.end()

@@ -11,7 +11,7 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
 MAX_TRACES = 500
-MAX_SPANS_PER_TRACE = 200  # a 300-turn agent loop's trace keeps its first 200 spans; memory stays bounded
+MAX_SPANS_PER_TRACE = 200  # a long agent loop's trace keeps the first 200 spans to end, and its root
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ class TimelineProcessor(SpanProcessor):
                      {key: value for key, value in (span.attributes or {}).items() if key not in _CONTENT})
         with self._lock:
             spans = self._spans.setdefault(span.context.trace_id, [])
-            if len(spans) < MAX_SPANS_PER_TRACE:
+            if len(spans) < MAX_SPANS_PER_TRACE or kept.parent_id is None:  # the turn's own span always
                 spans.append(kept)
             self._spans.move_to_end(span.context.trace_id)
             while len(self._spans) > self._max:

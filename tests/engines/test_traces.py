@@ -16,7 +16,6 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from mcp import Client
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import TracerProvider
@@ -26,7 +25,6 @@ from app.agent.loop import Decision, ToolSettings, resume_turn, run_turn
 from app.clients.client_protocol import GenerationParams
 from app.config import McpSettings
 from app.domain.conversation import Conversation, Message
-from app.frontends.mcp.server import build_server
 from app.mcp_client import McpManager, mcp_registry
 from app.telemetry import spans
 from app.telemetry.timeline import TimelineProcessor
@@ -167,17 +165,32 @@ def test_an_approved_mcp_call_shows_its_wait_and_its_request_to_the_server(tiny_
     assert len(turns) == 2 and execute.parent_span_id == turns[1].span_id  # paused, then resumed: two turns
 
 
-def test_the_apps_mcp_server_traces_each_call_it_answers():
-    async def calls() -> None:
-        async with Client(build_server(load_tools().subset(["calculator"]))) as client:
-            assert not (await client.call_tool("calculator", {"expression": "6 * 7"})).is_error
-            assert (await client.call_tool("calculator", {"expression": "1 / 0"})).is_error
+def test_the_apps_mcp_server_traces_each_call_it_answers(tmp_path):
+    """`python -m app.frontends.mcp` over stdio with the OTEL_* variables set: the SDK's middleware spans each call
+    it answers (a SERVER span, `error.type` on a tool error), with the result's size the app adds."""
+    from tests.api.test_mcp_server import stdio_server
 
-    with collector() as (_, got):
+    with otlp_receiver() as (collector, received):
+        async def calls() -> None:
+            env = {"OTEL_EXPORTER_OTLP_ENDPOINT": collector, "OTEL_BSP_SCHEDULE_DELAY": "100",
+                   "DEMO_SESSIONS_DIR": str(tmp_path / "sessions")}
+            async with stdio_server(env, tmp_path / "server.log") as client:
+                assert not (await client.call_tool("calculator", {"expression": "6 * 7"})).is_error
+                assert (await client.call_tool("calculator", {"expression": "1 / 0"})).is_error
+                deadline = time.monotonic() + 20
+                while len(_calls(received)) < 2 and time.monotonic() < deadline:
+                    await asyncio.sleep(0.1)
+
         asyncio.run(calls())
-    assert [span.name for span in got] == ["tools/call calculator"] * 2
+        got = _calls(received)
+    assert [span.name for span in got] == ["tools/call calculator"] * 2, (tmp_path / "server.log").read_text()
     right, wrong = (_attributes(span) for span in got)
     assert all(span.kind == span.SPAN_KIND_SERVER for span in got)
     assert right["mcp.method.name"] == "tools/call" and right["gen_ai.tool.name"] == "calculator"
     assert right["app.tool.result_chars"] == len("6 * 7 = 42") and "error.type" not in right
     assert wrong["error.type"] == "tool_error"
+
+
+def _calls(received: list[Any]) -> list[Any]:
+    return [span for request in received for resource in request.resource_spans for scope in resource.scope_spans
+            for span in scope.spans if span.name.startswith("tools/call")]

@@ -15,7 +15,7 @@ def test_an_answer_shows_its_turns_spans_as_a_timeline(monkeypatch, tiny_model_d
         assert len(answer.trace_id) == 32
         steps = [table.value for table in at.dataframe]
         (table,) = steps
-        assert list(table["step"]) == ["invoke_agent composite-demo", f"· chat {answer.model}"]
+        assert list(table["step"]) == ["1. invoke_agent composite-demo", f"2. · chat {answer.model}"]
         assert list(table["status"]) == ["ok", "ok"] and table["tokens out"][0] == ""  # the turn counts none itself
         assert int(table["tokens out"][1]) == 6 and int(table["tokens in"][1]) > 0 and table["from cache"][1] == "0"
         assert len(at.get("vega_lite_chart")) == 1  # the timeline itself

@@ -1,5 +1,5 @@
 """The app's in-memory timelines stay bounded: the latest traces only, and at most MAX_SPANS_PER_TRACE spans of a
-trace however long its agent loop ran."""
+trace (and its root) however long its agent loop ran."""
 
 from __future__ import annotations
 
@@ -20,7 +20,9 @@ def test_a_long_trace_and_many_traces_are_kept_bounded():
     turn.end()
     first = format(turn.get_span_context().trace_id, "032x")
     steps = timeline.steps(first)
-    assert len(steps) == MAX_SPANS_PER_TRACE and steps[0].name == "execute_tool t0" and steps[0].depth == 1
+    assert len(steps) == MAX_SPANS_PER_TRACE + 1  # the first spans to end, and the turn's own, which ends last
+    assert steps[0].name == "invoke_agent composite-demo" and steps[1].name == "execute_tool t0"
+    assert steps[0].depth == 0 and steps[1].depth == 1
     others = []
     for _ in range(3):
         span = tracer.start_span("invoke_agent composite-demo")

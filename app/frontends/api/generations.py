@@ -170,6 +170,9 @@ class Generations:
         self._in_flight.add(flight)
         try:
             first = await flight.pump.next()
+        except asyncio.CancelledError:
+            self.done(flight, None, "cancelled")
+            raise
         except BaseException:
             self.done(flight, None, "error")
             raise

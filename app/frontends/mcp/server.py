@@ -53,6 +53,8 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.stdio import stdio_server
 from mcp.types.version import is_version_at_least
+from opentelemetry import context as otel_context
+from opentelemetry import trace as otel_trace
 from pydantic import AnyHttpUrl
 from starlette.datastructures import Headers
 from starlette.middleware.cors import CORSMiddleware
@@ -67,7 +69,6 @@ from app.knowledge.tool import knowledge_tools
 from app.limits.http_timeouts import uvicorn_options
 from app.storage import StorageError, open_database
 from app.storage.knowledge import KnowledgeStore
-from app.telemetry import spans
 from app.telemetry.setup import configure_tracing
 from app.tools import load_tools
 from app.tools.sandbox import isolation
@@ -97,12 +98,10 @@ def build_server(tools: ToolRegistry) -> Server[Any]:
         if params.name not in tools:
             # The spec's line: a tool that does not exist is a protocol error; what a tool does wrong is a result.
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name}")
-        with spans.mcp_request("", None, "tools/call", params.name, protocol_version=ctx.protocol_version,
-                               serving=True) as span:
-            result = await _finish(tools.start(params.name, params.arguments or {}, spans.context_of(span)))
-            span.set_attribute("app.tool.result_chars", len(result.content))
-            if not result.ok:
-                span.set_attribute("error.type", "tool_error")
+        # The SDK's middleware has a SERVER span open for this request (a child of the caller's, when the caller
+        # sent its trace): the tool's thread starts in it.
+        result = await _finish(tools.start(params.name, params.arguments or {}, otel_context.get_current()))
+        otel_trace.get_current_span().set_attribute("app.tool.result_chars", len(result.content))
         return _as_mcp_result(result, ctx.protocol_version)
 
     def input_schema(name: str) -> Mapping[str, Any] | None:

@@ -34,10 +34,11 @@ def trace_button(conversation: Conversation, head: int, last: int, key: str) -> 
 
 def show(steps: list[Step], key: str) -> None:
     shown = [name for name in _COLUMNS if any(name in step.attributes for step in steps)]
-    rows = [{"step": f"{'· ' * step.depth}{step.name}", "start (s)": round(step.start_s, 3),
+    # Numbered: two model calls of one turn have the same name, and each needs its own band.
+    rows = [{"step": f"{number}. {'· ' * step.depth}{step.name}", "start (s)": round(step.start_s, 3),
              "end (s)": round(step.start_s + step.duration_s, 3), "status": step.status,
              **{_COLUMNS[name]: _cell(step.attributes.get(name)) for name in shown}}
-            for step in steps]
+            for number, step in enumerate(steps, 1)]
     st.vega_lite_chart(rows, {
         "mark": {"type": "bar", "cornerRadius": 2},
         "height": {"step": 26},  # a band per step, however many

@@ -81,6 +81,10 @@ class ChatCompletions:
             if flight.stopped:
                 raise APIError(503, "The server is shutting down.", kind="service_unavailable")
             ended = finish_reason(reply.last)
+        except Exception:  # the backend failed: an error, not a cancellation, in the metrics and the trace
+            if not flight.stopped:  # the server shutting down cancels
+                ended = "error"
+            raise
         finally:
             self._done(flight, reply, ended)
         return reply.completion()

@@ -152,6 +152,10 @@ class Responses:
                 raise APIError(503, "The server is shutting down.", kind="service_unavailable")
             output.finish(last)
             ended = finish_reason(last)
+        except Exception:  # the backend failed: an error, not a cancellation, in the metrics and the trace
+            if not flight.stopped:  # the server shutting down cancels
+                ended = "error"
+            raise
         finally:
             self.generations.done(flight, output.metrics, ended)
         await run_in_threadpool(keep)
