@@ -18,6 +18,7 @@ from app.telemetry.timeline import TIMELINES
 SERVICE = "composite-demo"
 _lock = threading.Lock()
 _configured = False
+_timelines = False  # TIMELINES added to the provider
 
 
 def exporting() -> bool:
@@ -29,21 +30,26 @@ def configure_tracing(timelines: bool = False) -> None:
     """Once per process (the app, the API server, the MCP server, `make eval`): the provider and, when configured,
     the OTLP exporter; `timelines`: also keep the latest traces in memory for the answers' timelines (the app's
     own process only: nobody reads them elsewhere)."""
-    global _configured
+    global _configured, _timelines
     with _lock:
-        if _configured or os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
             _configured = True
             return
-        service = os.environ.get("OTEL_SERVICE_NAME") or SERVICE
-        provider = TracerProvider(resource=Resource.create({"service.name": service}))
-        if timelines:
-            provider.add_span_processor(TIMELINES)
-        if exporting():
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        if not _configured:
+            service = os.environ.get("OTEL_SERVICE_NAME") or SERVICE
+            provider = TracerProvider(resource=Resource.create({"service.name": service}))
+            if exporting():
+                from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-            provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-        trace.set_tracer_provider(provider)
-        _configured = True
+                provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+            trace.set_tracer_provider(provider)
+            _configured = True
+        # Also when the provider was set up first without them (one process serving the app and another front end,
+        # as the tests do).
+        current = trace.get_tracer_provider()
+        if timelines and not _timelines and isinstance(current, TracerProvider):
+            current.add_span_processor(TIMELINES)
+            _timelines = True
 
 
 def flush(timeout_ms: int = 5000) -> None:

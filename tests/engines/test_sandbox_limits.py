@@ -176,20 +176,26 @@ def test_no_nested_user_namespace_and_risky_system_calls_fail_with_eperm(kernel)
     assert seen["uid_map"].startswith("['1000', ") and "'0'" not in seen["uid_map"]  # its own user namespace
 
 
-def test_ordinary_code_still_works_under_the_filter(kernel):
-    result = kernel.execute(
-        "import os, subprocess, sys, threading, numpy as np, pandas as pd\n"
-        "import matplotlib.pyplot as plt\n"
-        "out = []\n"
-        "threads = [threading.Thread(target=out.append, args=(i,)) for i in range(4)]\n"
-        "[t.start() for t in threads]; [t.join() for t in threads]\n"
-        "print(sorted(out), subprocess.run([sys.executable, '-c', 'print(6*7)'], capture_output=True, "
-        "text=True).stdout.strip())\n"
-        "pid = os.fork()\n"
-        "if pid == 0: os._exit(7)\n"
-        "print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))\n"
-        "print(int(np.arange(10).sum()), pd.DataFrame({'a': [1, 2]})['a'].sum())\n"
-        "plt.plot([1, 2]); plt.show()")
+def test_ordinary_code_still_works_under_the_filter(tmp_path):
+    # A kernel of its own: the module's shared one has taken floods by now, whose leftovers (on a loaded machine)
+    # once left no room for a thread under the sandbox's limits.
+    kernel = KernelSession(tmp_path, LIMITS)
+    try:
+        result = kernel.execute(
+            "import os, subprocess, sys, threading, numpy as np, pandas as pd\n"
+            "import matplotlib.pyplot as plt\n"
+            "out = []\n"
+            "threads = [threading.Thread(target=out.append, args=(i,)) for i in range(4)]\n"
+            "[t.start() for t in threads]; [t.join() for t in threads]\n"
+            "print(sorted(out), subprocess.run([sys.executable, '-c', 'print(6*7)'], capture_output=True, "
+            "text=True).stdout.strip())\n"
+            "pid = os.fork()\n"
+            "if pid == 0: os._exit(7)\n"
+            "print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))\n"
+            "print(int(np.arange(10).sum()), pd.DataFrame({'a': [1, 2]})['a'].sum())\n"
+            "plt.plot([1, 2]); plt.show()")
+    finally:
+        kernel.shutdown()
     assert result.ok, result.text()
     assert result.text().splitlines()[:3] == ["[0, 1, 2, 3] 42", "7", "45 3"]
     assert len(result.images) == 1
