@@ -185,6 +185,8 @@ def build_tiny_embedder(folder: Path, seed: int = 0) -> Path:
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
     from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
 
+    from app.clients.transformers_loading import transformers_loading
+
     torch.manual_seed(seed)
     encoder = folder / "encoder"
     # The vocabulary is written out, not trained: the WordPiece trainer breaks ties in a different order in each
@@ -206,7 +208,8 @@ def build_tiny_embedder(folder: Path, seed: int = 0) -> Path:
     config = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                         intermediate_size=64, max_position_embeddings=128, pad_token_id=tokenizer.pad_token_id)
     BertModel(config).save_pretrained(encoder)
-    transformer = Transformer(str(encoder), max_seq_length=128)
+    with transformers_loading():  # a from_pretrained load, maybe beside the app's in this process
+        transformer = Transformer(str(encoder), max_seq_length=128)
     model = SentenceTransformer(modules=[transformer, Pooling(32, pooling_mode="mean"), Normalize()], device="cpu")
     model.save(str(folder))
     shutil.rmtree(encoder)  # saved again at the top, as sentence-transformers lays a model out

@@ -15,6 +15,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from app.clients.transformers_loading import transformers_loading
 from app.config import cache_dir, offline_by_default
 
 log = logging.getLogger(__name__)
@@ -91,7 +92,8 @@ def _convert(source: Path, destination: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
-    model = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name)
+    with transformers_loading():
+        model = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name)
     # The weights are already dequantised; without this, save_pretrained refuses or records a GGUF quantizer.
     model.hf_quantizer = None  # type: ignore[assignment]  # typed as the quantizer, never None
     if hasattr(model.config, "quantization_config"):

@@ -52,9 +52,9 @@ class ClientPool:
     A model several users hold (the picker's model that a Compare target asked for too) is one client, closed when
     the last of them lets go. Each model is created on first use by `factory` (create_client: the backend's module is
     imported then). Thread-safe: two users asking for the same model at once load it once, the second waiting for the
-    first; different models load side by side. The memory check (`fits`) runs under the pool's lock, so that two tabs
-    sending at once cannot both spend the same memory; a refusal is a ClientError with the figures. A failed load is
-    not kept: the next ask tries again."""
+    first; different models load side by side (transformers' weight reads one at a time: transformers_loading). The
+    memory check (`fits`) runs under the pool's lock, so that two tabs sending at once cannot both spend the same
+    memory; a refusal is a ClientError with the figures. A failed load is not kept: the next ask tries again."""
 
     def __init__(self, factory: ClientFactory = create_client, fits: MemoryCheck | None = _check_memory) -> None:
         self._factory = factory

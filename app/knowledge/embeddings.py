@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from app.clients.transformers_loading import transformers_loading
+
 log = logging.getLogger(__name__)
 Kind = Literal["query", "document"]  # a question searched for, or a passage searched in (some models tell them apart)
 _BATCH = 32
@@ -68,8 +70,9 @@ class LocalEmbedder:
             raise EmbeddingError(f"No embedding model folder named {self.name!r}: give the folder of a "
                                  "sentence-embedding model (for example one fetched on the Models page).")
         try:
-            self._model = SentenceTransformer(str(path), device=device, local_files_only=True,
-                                              trust_remote_code=False)
+            with transformers_loading():  # it loads through transformers' from_pretrained
+                self._model = SentenceTransformer(str(path), device=device, local_files_only=True,
+                                                  trust_remote_code=False)
         except Exception as exc:  # a damaged or foreign folder fails in many ways, all of them "not loadable"
             log.warning("Loading the embedding model at %s failed", path, exc_info=True)
             raise EmbeddingError(f"{self.name} could not be loaded as a sentence-embedding model "

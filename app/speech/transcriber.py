@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.clients.transformers_loading import transformers_loading
 from app.config import speech_model_setting
 from app.speech.audio import SAMPLE_RATE, Recording
 
@@ -137,15 +138,18 @@ class Transcriber:
             self._model: Any = None
             if torch.cuda.is_available():  # beside a chat model the GPU may be full: then the CPU
                 try:
-                    self._model = AutoModelForSpeechSeq2Seq.from_pretrained(
-                        model.path, local_files_only=True, dtype=torch.float16).to("cuda").eval()
+                    with transformers_loading():
+                        loaded = AutoModelForSpeechSeq2Seq.from_pretrained(model.path, local_files_only=True,
+                                                                           dtype=torch.float16)
+                    self._model = loaded.to("cuda").eval()
                     self._device, self._dtype = "cuda", torch.float16
                 except torch.cuda.OutOfMemoryError:
                     self._model = None
                     torch.cuda.empty_cache()
             if self._model is None:
-                self._model = AutoModelForSpeechSeq2Seq.from_pretrained(
-                    model.path, local_files_only=True, dtype=torch.float32).eval()
+                with transformers_loading():
+                    self._model = AutoModelForSpeechSeq2Seq.from_pretrained(
+                        model.path, local_files_only=True, dtype=torch.float32).eval()
         except Exception as exc:  # a broken or partial download fails in many ways: say which
             raise TranscriptionError(f"The speech model {model.name} could not be loaded: {exc}") from None
         if not (hasattr(self._processor, "feature_extractor") and hasattr(self._processor, "tokenizer")):

@@ -41,6 +41,7 @@ from app.clients.hf.streamer import IncrementalTextStreamer
 from app.clients.model_path import resolve_model_path
 from app.clients.streaming import EngineFeed, EngineOutput, EngineRequest
 from app.clients.template_client import LocalTemplateClient
+from app.clients.transformers_loading import transformers_loading
 from app.clients.vision import is_vision_config, load_processor
 from app.config import ModelSettings, offline_by_default
 
@@ -138,9 +139,11 @@ class HFClient(LocalTemplateClient):
                 # A vision-language model: its processor's tokenizer is the one its chat template is written for.
                 processor = load_processor(self.model_path)
                 tokenizer = processor.tokenizer
-                self.model = AutoModelForImageTextToText.from_pretrained(self.model_path, **load_kwargs)
+                with transformers_loading():
+                    self.model = AutoModelForImageTextToText.from_pretrained(self.model_path, **load_kwargs)
             else:
-                self.model = AutoModelForCausalLM.from_pretrained(self.model_path, **load_kwargs)
+                with transformers_loading():
+                    self.model = AutoModelForCausalLM.from_pretrained(self.model_path, **load_kwargs)
         except ClientError:
             raise
         except Exception as exc:  # loaders raise many types (OSError, SafetensorError, ValueError...)
