@@ -56,7 +56,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         runs = run_set(eval_set, targets, pool.get, load_tools(), repeats=args.repeats, seed=args.seed,
                        approved=args.approve, timeout_s=args.timeout, judge=judge_from(targets, pool.get),
                        on_run=lambda run: print(f"{run.target} · {run.case} #{run.repeat + 1}: "
-                                                f"{'pass' if run.passed else 'FAIL'}", file=sys.stderr))
+                                                f"{'pass' if run.passed else 'FAIL (' + run.why_failed() + ')'}",
+                                                file=sys.stderr))
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

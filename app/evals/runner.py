@@ -34,6 +34,13 @@ class CaseRun:
     def passed(self) -> bool:
         return all(check.passed for check in self.checks)
 
+    def why_failed(self) -> str:
+        """Why this run failed, in a line (empty when it passed): the turn's error, else its first failed check."""
+        if self.result.error:
+            return f"the turn failed: {self.result.error}"
+        failed = next((check for check in self.checks if not check.passed), None)
+        return "" if failed is None else f"{failed.kind}: {failed.detail}"
+
     def to_json(self) -> dict[str, Any]:
         metrics = self.result.metrics
         return {"case": self.case, "target": self.target, "repeat": self.repeat, "seed": self.seed,

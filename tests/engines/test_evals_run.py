@@ -49,7 +49,8 @@ def test_a_regression_is_named_and_sets_the_exit_status(tmp_path, capsys):
 
     assert main(["--set", str(eval_set), "--targets", _targets(tmp_path, "wrong", wrong), "--out", str(second),
                  "--baseline", str(first)]) == 1
-    said = capsys.readouterr().out
+    said, progress = capsys.readouterr()
+    assert "the model · multiplies #1: FAIL (contains: lacks '391')" in progress  # why, as each run ends
     assert "REGRESSION: multiplies on the model: pass -> fail" in said
     assert "is short" not in said  # still passing: no change to name
     assert json.loads(second.read_text())["summary"][0]["passed"] == 1
@@ -57,6 +58,20 @@ def test_a_regression_is_named_and_sets_the_exit_status(tmp_path, capsys):
     assert main(["--set", str(eval_set), "--targets", _targets(tmp_path, "right", right), "--out",
                  str(tmp_path / "third.json"), "--baseline", str(second)]) == 0  # back to passing: no regression
     assert "changed: multiplies on the model: fail -> pass" in capsys.readouterr().out
+
+
+def test_a_model_that_cannot_load_fails_each_run_saying_why(tmp_path, capsys):
+    eval_set = tmp_path / "arithmetic.yaml"
+    eval_set.write_text(SET)
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text("{not json")
+    out = tmp_path / "report.json"
+    assert main(["--set", str(eval_set), "--targets", _targets(tmp_path, "broken", broken), "--out", str(out)]) == 0
+    progress = capsys.readouterr().err
+    assert progress.count("FAIL (the turn failed: Could not load the model from") == 2, progress
+    runs = json.loads(out.read_text())["runs"]
+    assert all(run["error"].startswith("Could not load the model") and not run["passed"] for run in runs)
 
 
 def test_unusable_input_exits_with_2_and_says_why(tmp_path, capsys):
