@@ -8,7 +8,7 @@ import os
 import pytest
 
 from tests.browser.test_browser import send, sunset_png
-from tests.helpers import ARTIFACTS, readme_screenshot, streamlit_app
+from tests.helpers import ARTIFACTS, model_loaded, readme_screenshot, streamlit_app
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +22,7 @@ def test_a_picture_is_shown_in_the_chat_and_the_vision_model_answers(vlm_app_url
     ARTIFACTS.mkdir(exist_ok=True)
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     page.goto(vlm_app_url)
-    page.get_by_text("tiny-vlm").first.wait_for(timeout=120_000)  # status line: model loaded
+    model_loaded(page, timeout=120_000, model="tiny-vlm")  # not "Loading tiny-vlm...", drawn before it is loaded
     page.get_by_text("Sees images").wait_for(timeout=10_000)
     picture = {"name": "sunset.png", "mimeType": "image/png", "buffer": sunset_png()}
     answer = send(page, "What is in this picture?", [picture])
