@@ -135,15 +135,14 @@ class HFClient(LocalTemplateClient):
             load_kwargs: dict[str, Any] = {"dtype": dtype}
             if self.device == "cuda":
                 load_kwargs["device_map"] = "auto"  # spreads a large model over every visible GPU
+            model_class: Any = AutoModelForCausalLM
             if is_vision_config(AutoConfig.from_pretrained(self.model_path)):
                 # A vision-language model: its processor's tokenizer is the one its chat template is written for.
                 processor = load_processor(self.model_path)
                 tokenizer = processor.tokenizer
-                with transformers_loading():
-                    self.model = AutoModelForImageTextToText.from_pretrained(self.model_path, **load_kwargs)
-            else:
-                with transformers_loading():
-                    self.model = AutoModelForCausalLM.from_pretrained(self.model_path, **load_kwargs)
+                model_class = AutoModelForImageTextToText
+            with transformers_loading():
+                self.model = model_class.from_pretrained(self.model_path, **load_kwargs)
         except ClientError:
             raise
         except Exception as exc:  # loaders raise many types (OSError, SafetensorError, ValueError...)
