@@ -1,7 +1,7 @@
-"""What a model on disk is, read from its files alone (nothing is loaded): a GGUF file through the `gguf` package's
-reader, a Hugging Face folder through its config.json, tokenizer_config.json, README.md and the safetensors
-headers. The model library (app/models/discovery.py) lists these; the memory estimate at a chosen context
-(app/models/memory_at_context.py) reads the shape kept here.
+"""What a model on disk is, read from its files alone (nothing is loaded): a GGUF file through its header
+(app/clients/llamacpp/gguf_header.py), a Hugging Face folder through its config.json, tokenizer_config.json,
+README.md and the safetensors headers. The model library (app/models/discovery.py) lists these; the memory estimate
+at a chosen context (app/models/memory_at_context.py) reads the shape kept here.
 
 A file that cannot be read is still described, with the reason, so the library shows it instead of dropping it.
 """
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from app.clients.choice import gpu_present
+from app.clients.llamacpp.gguf_header import read_header
 
 Format = Literal["gguf", "safetensors"]
 Kind = Literal["chat", "speech", "embedding"]  # what a model is for: the picker's chat, voice input, retrieval
@@ -69,17 +70,13 @@ class ModelFiles:
 # ----- GGUF -----------------------------------------------------------------------------------------------------
 
 def read_gguf(path: Path) -> ModelFiles:
-    """A GGUF file's metadata (its header only: the `gguf` reader maps the file and reads no weights)."""
+    """A GGUF file's metadata (its header only: gguf_header.py maps the file and reads no weights)."""
     size = _size(path)
     try:
-        from gguf import GGUFReader
-
-        reader = GGUFReader(path)
-        fields = {name: _field_value(value) for name, value in reader.fields.items()
-                  if not name.startswith("tokenizer.ggml.")}
-        parameters = sum(int(tensor.n_elements) for tensor in reader.tensors)
+        header = read_header(path)
     except Exception as exc:  # a truncated or hostile file: described by the error the reader raised
         return ModelFiles(path, path.stem, "gguf", size, problems=(f"not a readable GGUF file: {exc}",))
+    fields, parameters = header.fields, header.tensor_elements
     arch = _text(fields.get("general.architecture"))
     key = (lambda name: f"{arch}.{name}") if arch else (lambda name: name)
     template = _text(fields.get("tokenizer.chat_template")) or ""
@@ -97,13 +94,6 @@ def read_gguf(path: Path) -> ModelFiles:
         context_length=_int(fields.get(key("context_length"))), licence=_text(fields.get("general.license")),
         architecture=arch, shape=shape, vision=projector, tools=tools, thinking=thinking,
         kind="embedding" if arch in _EMBEDDING_GGUF else "chat")
-
-
-def _field_value(value: Any) -> Any:
-    try:
-        return value.contents()
-    except Exception:  # a field the reader cannot decode: left out like a missing one
-        return None
 
 
 def _file_type(value: Any) -> str | None:

@@ -190,23 +190,18 @@ def context_size(path: str, requested: int) -> int:
     own choice, the model's window) when the file's metadata cannot be read here."""
     if requested > 0:
         return requested
+    from app.clients.llamacpp.gguf_header import GGUFHeaderError, read_header
+
     try:
-        from gguf import GGUFReader
-
-        fields = GGUFReader(path).fields
-
-        def number(key: str) -> int:
-            field = fields[key]
-            return int(field.parts[field.data[0]][0])
-
-        arch_field = fields["general.architecture"]
-        arch = bytes(arch_field.parts[arch_field.data[0]]).decode()
-        window = number(f"{arch}.context_length")
-        heads = number(f"{arch}.attention.head_count")
-        kv_heads = number(f"{arch}.attention.head_count_kv") if f"{arch}.attention.head_count_kv" in fields else heads
-        per_token = 2 * 2 * number(f"{arch}.block_count") * kv_heads * (number(f"{arch}.embedding_length") // heads)
-    except Exception:  # an architecture without these keys, or a damaged file: llama.cpp says the rest
-        return 0
+        fields = read_header(path).fields
+        arch = fields["general.architecture"]
+        window = int(fields[f"{arch}.context_length"])
+        heads = int(fields[f"{arch}.attention.head_count"])
+        kv_heads = int(fields.get(f"{arch}.attention.head_count_kv", heads))
+        head_dim = int(fields[f"{arch}.embedding_length"]) // heads
+        per_token = 2 * 2 * int(fields[f"{arch}.block_count"]) * kv_heads * head_dim
+    except (GGUFHeaderError, OSError, KeyError, TypeError, ValueError, ZeroDivisionError):
+        return 0  # an architecture without these keys, or a damaged file: llama.cpp says the rest
     import psutil
 
     affordable = psutil.virtual_memory().available // 4 // max(1, per_token)
