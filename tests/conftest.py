@@ -321,12 +321,13 @@ def require_vllm() -> None:
 
 
 def _vllm_client(model_dir: Path):
+    """A VLLMClient with the engine options of the environment (`make test-vllm` sets DEMO_VLLM_ENFORCE_EAGER)."""
     require_vllm()
     from app.clients.vllm import VLLMClient
-    from app.config import ModelSettings
+    from app.config import ModelSettings, VLLMOptions
 
     client = VLLMClient(ModelSettings(backend="vllm", model_path=str(model_dir), dtype="float32",
-                                      max_context_tokens=4096))
+                                      max_context_tokens=4096, vllm=VLLMOptions.from_env()))
     yield client
     client.close()
 
@@ -361,6 +362,7 @@ def vllm_server(smollm2_dir: Path):
     require_vllm()
     import subprocess
 
+    from app.config import VLLMOptions
     from harness.local_http import free_port, wait_until_healthy
     from tests.helpers import ARTIFACTS
 
@@ -371,6 +373,7 @@ def vllm_server(smollm2_dir: Path):
         ["timeout", "1800", sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(smollm2_dir),
          "--served-model-name", "smollm2", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
          "--max-model-len", "4096", "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+         *(["--enforce-eager"] if VLLMOptions.from_env().enforce_eager else []),
          "--gpu-memory-utilization", "0.3"],
         stdout=log, stderr=subprocess.STDOUT,
     )
