@@ -7,8 +7,7 @@ same header in one pass over a memory map and steps over large arrays (the token
 about 30 ms for the same file. Type codes and layout are `gguf`'s own constants (GGUF versions 2 and 3, either byte
 order). Every length and count is checked against the file's size, so a truncated or hostile file raises
 `GGUFHeaderError` instead of reading past its end or allocating what it claims, and so does a file whose tensor
-data ends early (a download cut short). The llama.cpp runner sizes its
-context from it too.
+data ends early (a download cut short). The llama.cpp runner sizes its context from it too.
 """
 
 from __future__ import annotations
@@ -74,7 +73,7 @@ class _Parser:
         fields: dict[str, Any] = {}
         for _ in range(pairs):
             key = self._string()
-            fields[key] = self._value(GGUFValueType(self._type()))
+            fields[key] = self._value(self._type())
         elements, data_length = 0, 0
         for _ in range(tensors):
             self._string()  # the tensor's name
@@ -114,30 +113,30 @@ class _Parser:
         self.offset += width
         return value
 
-    def _type(self) -> int:
+    def _type(self) -> GGUFValueType:
         code = self._scalar("I")
-        if code not in GGUFValueType._value2member_map_:
-            raise GGUFHeaderError(f"unknown value type {code}")
-        return int(code)
+        try:
+            return GGUFValueType(code)
+        except ValueError:
+            raise GGUFHeaderError(f"unknown value type {code}") from None
+
+    def _skip_string(self) -> int:
+        """Step over a string; where it started."""
+        length: int = self._scalar("Q")
+        self._claim(length, "a string")
+        self.offset += length
+        return self.offset - length
 
     def _string(self) -> str:
-        length = self._scalar("Q")
-        self._claim(length, "a string")
-        text = bytes(self.data[self.offset:self.offset + length]).decode("utf-8", errors="replace")
-        self.offset += length
-        return text
-
-    def _skip_string(self) -> None:
-        length = self._scalar("Q")
-        self._claim(length, "a string")
-        self.offset += length
+        start = self._skip_string()
+        return bytes(self.data[start:self.offset]).decode("utf-8", errors="replace")
 
     def _value(self, kind: GGUFValueType) -> Any:
         if kind == GGUFValueType.STRING:
             return self._string()
         if kind != GGUFValueType.ARRAY:
             return self._scalar(_SCALARS[kind])
-        item = GGUFValueType(self._type())
+        item = self._type()
         count = self._scalar("Q")
         if count <= MAX_ARRAY_KEPT:
             return [self._value(item) for _ in range(count)]
