@@ -94,17 +94,49 @@ def test_two_sessions_do_not_share_variables_or_folders():
     assert not first.folder.exists()
 
 
+def _wait_until_the_cell_runs(tools: SessionTools) -> None:
+    deadline = time.monotonic() + 60
+    while tools.kernel._running_msg is None:
+        assert time.monotonic() < deadline, "the cell was never sent to the kernel"
+        time.sleep(0.02)
+
+
 def test_stop_interrupts_the_running_cell(tmp_path):
     tools = SessionTools(SandboxLimits(cell_timeout_s=60))
     try:
         registry = tools.registry()
+        assert tools.kernel.execute("1").ok  # started: the Stop below must find the cell running
         running = registry.start("python", {"code": "import time\ntime.sleep(50)"})
-        time.sleep(2)
+        _wait_until_the_cell_runs(tools)
+        time.sleep(0.5)  # inside time.sleep
         started = time.monotonic()
         result = running.cancel()  # what the Stop button does
         assert "stopped" in result.content
         # the kernel was interrupted, so it is free again at once
         assert tools.kernel.execute("print('free')").text() == "free" and time.monotonic() - started < 10
+    finally:
+        tools.close()
+
+
+def test_stop_while_the_kernel_starts_means_the_cell_never_runs(tmp_path):
+    """A first call starts the kernel (seconds): a Stop then must not be lost, leaving the cell to run its full time
+    and hold the kernel from the next call."""
+    tools = SessionTools(SandboxLimits(cell_timeout_s=60))
+    try:
+        running = tools.registry().start("python", {"code": "open('ran.txt', 'w').write('x')\nimport time\n"
+                                                            "time.sleep(50)"})
+        deadline = time.monotonic() + 30
+        while not tools.kernel._in_execute:  # the call is in the kernel, which is starting
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        assert tools.kernel._running_msg is None, "the kernel started too quickly for this test to mean anything"
+        assert "stopped" in running.cancel().content
+        started = time.monotonic()
+        answer = tools.kernel.execute("import os\nprint(os.path.exists('ran.txt'))")
+        assert answer.text() == "False" and time.monotonic() - started < 30
+        # and a Stop that comes when no call is in the kernel skips nothing later
+        tools.kernel.interrupt()
+        assert tools.kernel.execute("print(6 * 7)").text() == "42"
     finally:
         tools.close()
 

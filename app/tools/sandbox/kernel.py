@@ -81,6 +81,11 @@ class KernelSession:
         # kernels are started from this session's own long-lived thread, never from a tool call's passing one.
         self._launcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kernel-launcher")
         self._running_msg: str | None = None
+        # Stop while a call starts the kernel (seconds, on a first call): its cell is not sent at all. The flag is
+        # only set inside a call's execute(), so a late Stop can never skip the next call's cell.
+        self._cell_state = threading.Lock()
+        self._in_execute = False
+        self._stop_before_running = False
         self.last_used = time.monotonic()
         self._closed = False
         self._evicted = False  # stopped to make room for another session's sandbox
@@ -250,8 +255,12 @@ class KernelSession:
     def interrupt(self) -> None:
         """Stop the running cell (the Stop button) and the processes it started; the kernel and its variables
         survive."""
+        with self._cell_state:
+            if self._running_msg is None:
+                self._stop_before_running = self._in_execute  # the cell is about to be sent: it will not be
+                return
         manager = self._manager
-        if manager is not None and self._running_msg is not None:
+        if manager is not None:
             manager.interrupt_kernel()
             self._end_cell_processes(manager)
 
@@ -265,28 +274,42 @@ class KernelSession:
     def execute(self, code: str, timeout_s: float | None = None) -> CellResult:
         timeout_s = self.limits.cell_timeout_s if timeout_s is None else timeout_s
         with self._lock:
-            result = CellResult()
-            if self._manager is None or not self._manager.is_alive():
-                if self._manager is not None:
-                    result.notes.append("[The Python kernel had stopped (out of memory or CPU time?) and was "
-                                        "restarted: earlier variables are gone.]")
-                    self._stop()
-                elif self._evicted:
-                    result.notes.append("[The Python kernel had been stopped while idle to make room for other "
-                                        "sessions, and was restarted: earlier variables are gone.]")
-                self._start()
-                self._evicted = False
+            with self._cell_state:
+                self._in_execute, self._stop_before_running = True, False
             try:
-                self._run(code, timeout_s, result)
+                return self._execute(code, timeout_s)
             finally:
-                self.last_used = time.monotonic()
-            return result
+                with self._cell_state:
+                    self._in_execute = self._stop_before_running = False
+
+    def _execute(self, code: str, timeout_s: float) -> CellResult:
+        result = CellResult()
+        if self._manager is None or not self._manager.is_alive():
+            if self._manager is not None:
+                result.notes.append("[The Python kernel had stopped (out of memory or CPU time?) and was "
+                                    "restarted: earlier variables are gone.]")
+                self._stop()
+            elif self._evicted:
+                result.notes.append("[The Python kernel had been stopped while idle to make room for other "
+                                    "sessions, and was restarted: earlier variables are gone.]")
+            self._start()
+            self._evicted = False
+        try:
+            self._run(code, timeout_s, result)
+        finally:
+            self.last_used = time.monotonic()
+        return result
 
     def _run(self, code: str, timeout_s: float, result: CellResult) -> None:
         assert self._client is not None and self._manager is not None
         manager = self._manager
-        msg_id = self._client.execute(code, store_history=True, allow_stdin=False)
-        self._running_msg = msg_id
+        with self._cell_state:
+            if self._stop_before_running:
+                result.stopped = True
+                result.notes.append("[Stopped before the cell ran: the kernel was still starting.]")
+                return
+            msg_id = self._client.execute(code, store_history=True, allow_stdin=False)
+            self._running_msg = msg_id
         collector = OutputCollector(result, self.limits)
         deadline = time.monotonic() + timeout_s
         interrupted_at: float | None = None
@@ -328,4 +351,5 @@ class KernelSession:
                                             "end with it.]")
                     return
         finally:
-            self._running_msg = None
+            with self._cell_state:
+                self._running_msg = None

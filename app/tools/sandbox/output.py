@@ -46,11 +46,13 @@ class CellResult:
     outputs: list[CellOutput] = field(default_factory=list)
     timed_out: bool = False
     died: bool = False  # the kernel stopped while running the cell
+    stopped: bool = False  # Stop came before the cell ran (while the kernel was starting): it never ran
     notes: list[str] = field(default_factory=list)  # what happened to the kernel itself (restarted, died...)
 
     @property
     def ok(self) -> bool:
-        return not self.timed_out and not self.died and not any(o.kind == "error" for o in self.outputs)
+        failed = self.timed_out or self.died or self.stopped
+        return not failed and not any(o.kind == "error" for o in self.outputs)
 
     @property
     def images(self) -> list[bytes]:
