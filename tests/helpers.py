@@ -282,10 +282,10 @@ def stop_and_check(page: Any, bubble: Any) -> None:
     """Once `bubble` streams some text, press its Stop: the text stops growing and is marked Stopped, with its
     metrics, without any further interaction."""
     deadline = time.monotonic() + 60
-    while (bubble.get_by_role("button", name="Stop").count() == 0 or len(bubble.inner_text()) < 60) \
-            and time.monotonic() < deadline:
+    while bubble.get_by_role("button", name="Stop").count() == 0 or len(bubble.inner_text()) < 60:
+        assert time.monotonic() < deadline, f"no answer of 60 characters being written to stop: {bubble.inner_text()!r}"
         time.sleep(0.1)
-    bubble.get_by_role("button", name="Stop").click()
+    bubble.get_by_role("button", name="Stop").click(timeout=10_000)
     from playwright.sync_api import expect  # only the browser tests have playwright imported
 
     expect(bubble.get_by_text("Stopped")).to_be_visible(timeout=15_000)

@@ -153,7 +153,10 @@ def test_a_busy_model_never_holds_up_the_rest_of_the_server(tiny_embedder_folder
         senders = [threading.Thread(target=embed) for _ in range(45)]
         for sender in senders:
             sender.start()
-        time.sleep(1.0)  # let them queue
+        deadline = time.monotonic() + 60  # all 45 in: 32 held by the stuck model, the other 13 told to come back
+        while statuses.count(429) < 45 - 32:
+            assert time.monotonic() < deadline, statuses
+            time.sleep(0.05)
         sdk = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=20)
         reply = sdk.chat.completions.create(model="scripted-model", messages=[{"role": "user", "content": "hi"}])
         assert reply.choices[0].message.content == "Still here."  # answered while the model is stuck

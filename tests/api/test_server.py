@@ -315,11 +315,13 @@ def test_a_client_that_disconnects_cancels_its_generation(api):
     cancelled = _metric(api, "demo_chat_completions_total", finish_reason="cancelled")
     body = {"model": MODEL, "stream": True, "max_tokens": 400, "temperature": 0,
             "messages": [{"role": "user", "content": "Write a long story about a lighthouse."}]}
-    with httpx.stream("POST", f"{api}/v1/chat/completions", json=body,
+    # httpx's default 5 s can pass before the first chunk while the parallel phase loads the machine.
+    with httpx.stream("POST", f"{api}/v1/chat/completions", json=body, timeout=60,
                       headers={"Authorization": "Bearer secret-key"}) as response:
         lines = response.iter_lines()
         assert next(line for line in lines if line.startswith("data: ")).startswith('data: {"id"')
-    deadline = time.monotonic() + 3
+    # Only a cancelled generation is counted as one, so the wait can be generous: 400 tokens take longer here.
+    deadline = time.monotonic() + 15
     while _metric(api, "demo_chat_completions_total", finish_reason="cancelled") == cancelled or \
             _metric(api, "demo_chat_requests_in_progress") != 0:  # down once the generation has stopped
         assert time.monotonic() < deadline, "the generation went on after the client left"

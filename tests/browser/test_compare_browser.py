@@ -264,15 +264,18 @@ def test_two_targets_stream_at_once_and_stop_in_one_leaves_the_other(compare_app
         # The stopped answer is marked at once, with its figures, while the other pane goes on.
         expect(first.get_by_test_id("stCaptionContainer").filter(has_text="Stopped")).to_contain_text(
             "tok/s", timeout=15_000)
+        # The stopped pane's Stop is off once the page is drawn again for the click (until then both panes show
+        # what they had: seconds, on a loaded machine); the other's is still on.
+        expect(first.get_by_role("button", name="Stop")).to_be_disabled(timeout=60_000)
+        expect(second.get_by_role("button", name="Stop")).to_be_enabled()
         time.sleep(1)  # the stopped thread's last redraw
         stopped_text, going_text = answer_text(first, begun=True), answer_text(second, begun=True)
-        time.sleep(2.5)
-        later = answer_text(second, begun=True)
-        assert later.startswith(going_text[:40]) and len(later) > len(going_text), "the other pane stopped writing too"
+        deadline = time.monotonic() + 60
+        while len(later := answer_text(second, begun=True)) <= len(going_text):
+            assert time.monotonic() < deadline, "the other pane stopped writing too"
+            time.sleep(0.3)
+        assert later.startswith(going_text[:40]), (going_text, later)
         assert answer_text(first, begun=True) == stopped_text, "the stopped pane kept writing"
-        # The stopped pane's Stop is off (the page was drawn again for the click), the other's is still on.
-        expect(first.get_by_role("button", name="Stop")).to_be_disabled(timeout=5_000)
-        expect(second.get_by_role("button", name="Stop")).to_be_enabled()
 
         wait_for_turn(page)
         assert "Stopped" in turn_caption(first), turn_caption(first)
@@ -327,7 +330,9 @@ def test_closing_a_tab_mid_answer_stops_its_targets_at_once(compare_app, browser
         expect(status).to_contain_text("idle", timeout=60_000)
         after_close = time.monotonic() - closed
         print(f"generation went on {after_close:.1f} s after the tab closed")
-        assert after_close < 10, after_close
+        # Without the fix both 2,000-token answers run to their end (minutes); the status redraws every 3 s and a
+        # loaded machine notices the closed tab late, so the limit leaves room for both.
+        assert after_close < 30, after_close
 
 
 def test_a_target_on_the_api_backend_against_make_serve(compare_app_with_api, browser):
