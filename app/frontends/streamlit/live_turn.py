@@ -87,6 +87,7 @@ def stream_turn(
         st.button("Stop", key=f"stop/{page}", icon=":material/stop_circle:", type="secondary",
                   help="Stop this answer: what it wrote so far is kept, marked Stopped.")
         turn = LiveTurn(page, conversation, transform, decisions)
+        saving_to = persistence.save_target(page)  # read now: a closed tab's run can no longer read its session
         if decisions is None:
             events = run_turn(client, conversation, sidebar.params, sidebar.system_prompt, tools=tools,
                               images=images)
@@ -110,7 +111,7 @@ def stream_turn(
         except BaseException:
             # Stopped (Stop, a click, a closed or refreshed tab): closing the events recorded the answer so far and
             # any call it stopped; stored now, so that a stopped call never looks like one still to be run.
-            persistence.save_interrupted(page, conversation)
+            persistence.save_interrupted(page, saving_to, conversation)
             raise
         model_status.refresh(client)
 

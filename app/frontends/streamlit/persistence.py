@@ -269,10 +269,11 @@ def save(page: str, conversation: Conversation) -> bool:
         if not prints:
             return True
         bound = state.replace_per_page(_BINDING, page, Binding())
-    if owner() is None or (bound.conversation_id is None and not prints):
+    who = owner()
+    if who is None or (bound.conversation_id is None and not prints):
         return True  # a visitor who has not signed in keeps the conversation in this tab only
     try:
-        _save(page, conversation, bound, prints)
+        _write(SaveTarget(store(), who, bound, current_settings(page)), page, conversation, prints, _show_address)
         return True
     except VersionConflict:
         st.warning("This conversation was changed in another tab: reopen it from the history to see both; what "
@@ -287,14 +288,55 @@ def save(page: str, conversation: Conversation) -> bool:
     return False
 
 
-def save_interrupted(page: str, conversation: Conversation) -> None:
-    """Store what an interrupted turn left (the answer so far, a call marked stopped) from the run that is being
-    stopped: when the tab was closed or refreshed, no later run of this session comes to do it. Best effort: the
-    run is on its way out, and whatever Streamlit refuses now is logged."""
+@dataclass(frozen=True)
+class SaveTarget:
+    """What saving a page's conversation needs from its session (the store, the owner, the binding, the
+    settings), read at once: a run whose tab was closed or refreshed can no longer read its session, since every
+    read of st.session_state raises Streamlit's stop again."""
+
+    db: ConversationStore
+    who: str
+    bound: Binding
+    settings: dict[str, Any]
+
+
+def save_target(page: str) -> SaveTarget | None:
+    """Where an interrupted turn will be saved, read before the turn starts; None where nothing is saved (a
+    visitor who has not signed in, a conversation that cannot be shown, a database that cannot be reached)."""
+    bound, who = binding(page), owner()
+    if who is None or bound.problem is not None:
+        return None
     try:
-        save(page, conversation)
-    except BaseException:  # Streamlit's own stop signal too: the caller re-raises its own
+        return SaveTarget(store(), who, bound, current_settings(page))
+    except StorageError:
+        return None
+
+
+def save_interrupted(page: str, target: SaveTarget | None, conversation: Conversation) -> None:
+    """Store what an interrupted turn left (the answer so far, a call marked stopped) from the run that is being
+    stopped: when the tab was closed or refreshed, no later run of this session comes to do it. It reads nothing of
+    the session (see SaveTarget). Best effort: the run is on its way out, and what fails is logged."""
+    if target is None:
+        return
+    try:
+        prints = [fingerprint(m) for m in conversation.messages]
+        if target.bound.conversation_id is None and not prints:
+            return
+        _write(target, page, conversation, prints, _try_to_show_address)
+    except BaseException:  # the caller re-raises its own (Streamlit's stop or rerun)
         log.warning("What an interrupted turn left could not be saved", exc_info=True)
+
+
+def _show_address(conversation_id: str) -> None:
+    st.query_params[QUERY_KEY] = conversation_id
+
+
+def _try_to_show_address(conversation_id: str) -> None:
+    """A Stop in a live tab: its next run opens the new conversation. A closed tab has no address to set."""
+    try:
+        _show_address(conversation_id)
+    except BaseException:
+        log.debug("The interrupted run could not set the conversation's address", exc_info=True)
 
 
 def changed_elsewhere(page: str) -> bool:
@@ -310,13 +352,15 @@ def changed_elsewhere(page: str) -> bool:
     return stored.version != bound.version or stored.message_count != len(bound.saved)
 
 
-def _save(page: str, conversation: Conversation, bound: Binding, prints: list[str]) -> None:
-    db, who = store(), owner()
-    assert who is not None
+def _write(target: SaveTarget, page: str, conversation: Conversation, prints: list[str],
+           created: Callable[[str], None]) -> None:
+    """Bring the stored conversation level with `conversation`; nothing of Streamlit is touched but through
+    `created`, called with the id of a conversation this creates (for the page's address) as soon as it exists."""
+    db, who, bound = target.db, target.who, target.bound
     if bound.conversation_id is None:
-        bound.conversation_id = db.create(who, page, settings=current_settings(page))
+        bound.conversation_id = db.create(who, page, settings=target.settings)
         bound.version, bound.saved = db.get(who, bound.conversation_id).version, []
-        st.query_params[QUERY_KEY] = bound.conversation_id
+        created(bound.conversation_id)
     saved = len(bound.saved)
     changed = {index: conversation.messages[index] for index in range(min(saved, len(prints)))
                if prints[index] != bound.saved[index]}
@@ -331,7 +375,6 @@ def _save(page: str, conversation: Conversation, bound: Binding, prints: list[st
     for message, print_ in zip(conversation.messages[common:], prints[common:], strict=True):
         db.append(who, bound.conversation_id, message)
         bound.saved.append(print_)
-    settings = current_settings(page)
-    if settings != bound.settings:
-        db.update_settings(who, bound.conversation_id, settings)
-        bound.settings = settings
+    if target.settings != bound.settings:
+        db.update_settings(who, bound.conversation_id, target.settings)
+        bound.settings = target.settings
