@@ -58,13 +58,17 @@ def test_chat_streams_an_answer_and_can_be_stopped(app_url, browser):
     page.close()
 
 
-def ask_with_a_forced_call(page, tool: str, question: str):
-    """On a Tools page: greedy, `tool` forced, `question` sent; the answer's bubble once the call's card and the
-    answer after it are finished and the page has redrawn."""
+def ask_with_a_forced_call(page, tool: str, question: str, then=None):
+    """On a Tools page: greedy, `tool` forced, then the sidebar step `then` if any (the last before sending, so no
+    other change can race its rerun), and `question` sent once the page is idle; the answer's bubble once the
+    call's card and the answer after it are finished and the page has redrawn."""
     sidebar = page.get_by_test_id("stSidebar")
     generation_settings(page).get_by_role("slider").first.focus()
     page.keyboard.press("Home")  # temperature 0: greedy
     choose(page, sidebar.get_by_test_id("stSelectbox").filter(has_text="Tool choice"), tool)
+    if then is not None:
+        then()
+    page.get_by_test_id("stStatusWidget").wait_for(state="hidden", timeout=30_000)  # every change applied
     box = page.get_by_test_id("stChatInputTextArea")
     box.fill(question)
     box.press("Enter")
@@ -141,8 +145,10 @@ def test_all_tools_the_model_runs_python_and_a_plot_appears(app_url, browser):
     answer.get_by_text("python →").wait_for(timeout=10_000)
     answer.get_by_text("tok/s").nth(1).wait_for(timeout=120_000)
     page.mouse.move(700, 5)  # no tooltip in the screenshot
-    page.wait_for_timeout(1500)  # the page redraws once after the turn
-    assert answer.get_by_test_id("stExpander").count() == 1 and answer.get_by_test_id("stImage").count() == 1
+    # The page redraws once after the turn: until it has, the old card and the new one may both be there.
+    expect(answer.get_by_test_id("stExpander")).to_have_count(1, timeout=30_000)
+    expect(answer.get_by_test_id("stImage")).to_have_count(1, timeout=30_000)
+    page.wait_for_timeout(500)
     readme_screenshot(page, "all-tools.png")
     page.close()
 

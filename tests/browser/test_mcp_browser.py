@@ -32,9 +32,9 @@ def test_the_model_calls_an_mcp_tool_and_answers_from_its_result(smollm2_dir, br
         sidebar.get_by_text("connected · 11 tools").wait_for(state="attached", timeout=60_000)  # in its section
         # paint says nothing about its effects, so it asks before each call: the user lets it run, for this
         # conversation, with the selector next to its switch.
-        choose(page, "Run policy of paint", "Run")
         # paint(color: "red" | "green" | "blue", coats: int, note: str): the call is constrained to that schema.
-        answer = ask_with_a_forced_call(page, "paint", "Paint the kitchen wall blue, with two coats.")
+        answer = ask_with_a_forced_call(page, "paint", "Paint the kitchen wall blue, with two coats.",
+                                        then=lambda: choose(page, "Run policy of paint", "Run"))
         card = answer.get_by_test_id("stExpander").first
         card.click()
         card.get_by_text("coat(s) of").first.wait_for(timeout=10_000)  # the MCP server's result
