@@ -314,3 +314,26 @@ def choose(page: Any, selectbox: Any, option: str) -> None:
         if option in shown:
             return
     raise AssertionError(f"could not choose {option!r}")
+
+
+def open_popover(page: Any, button: Any, content: Any, attempts: int = 4) -> Any:
+    """Open the popover behind `button` until `content` (something inside it) shows, and return `content`. A rerun
+    still in flight when the button is clicked draws the page again and closes the popover it opened (CI once
+    clicked Manage just after a preset was chosen, and the popover's buttons never showed); then click again. A
+    click on an open popover would close it, so one that shows `content` is not clicked."""
+    for _ in range(attempts):
+        if content.is_visible():
+            return content
+        wait_until_idle(page)
+        button.click()
+        try:
+            content.wait_for(state="visible", timeout=8_000)
+        except Exception:  # playwright's TimeoutError: a redraw closed it, or it is still opening
+            continue
+    content.wait_for(state="visible", timeout=10_000)
+    return content
+
+
+def wait_until_idle(page: Any, timeout_s: float = 60) -> None:
+    """Wait until Streamlit shows no run in flight (its status widget, "Running...", is hidden)."""
+    page.get_by_test_id("stStatusWidget").wait_for(state="hidden", timeout=timeout_s * 1000)

@@ -10,7 +10,7 @@ import re
 
 from playwright.sync_api import expect
 
-from tests.helpers import ask, model_loaded, readme_screenshot, set_number, streamlit_app
+from tests.helpers import ask, model_loaded, open_popover, readme_screenshot, set_number, streamlit_app
 
 
 def test_a_turn_saved_as_a_test_case_appears_in_its_set_and_runs_and_its_trace_shows(tiny_model_dir, browser,
@@ -27,8 +27,8 @@ def test_a_turn_saved_as_a_test_case_appears_in_its_set_and_runs_and_its_trace_s
         set_number(page, "Max new tokens", "8")
         answer = ask(page, "Hello there", 1)
 
-        answer.get_by_role("button", name="Trace").click()
         timeline = page.get_by_test_id("stPopoverBody").filter(has=page.get_by_test_id("stVegaLiteChart"))
+        open_popover(page, answer.get_by_role("button", name="Trace"), timeline)
         expect(timeline.get_by_test_id("stVegaLiteChart")).to_be_visible(timeout=30_000)
         expect(timeline.get_by_text("OpenTelemetry GenAI spans")).to_be_visible()
         expect(timeline.get_by_test_id("stDataFrame").locator("canvas").first).to_be_visible(timeout=30_000)
@@ -37,8 +37,8 @@ def test_a_turn_saved_as_a_test_case_appears_in_its_set_and_runs_and_its_trace_s
         page.keyboard.press("Escape")
         expect(timeline).to_be_hidden(timeout=10_000)
 
-        answer.get_by_role("button", name="Test case").click()
         form = page.get_by_test_id("stPopoverBody").filter(has=page.get_by_role("button", name="Save the test case"))
+        open_popover(page, answer.get_by_role("button", name="Test case"), form)
         form.get_by_label("Eval set").fill("Greetings")
         form.get_by_label("Case name").fill("greets briefly")
         form.get_by_label("At most this many tokens (0: any)").fill("8")

@@ -20,6 +20,7 @@ from tests.helpers import (
     choose,
     generation_settings,
     model_loaded,
+    open_popover,
     readme_screenshot,
     settle,
     stop_and_check,
@@ -67,16 +68,7 @@ def import_file(page, path: Path) -> None:
 def open_menu(page):
     """The open conversation's history menu, opened (a change in it redraws the history, which may close it)."""
     body = page.get_by_test_id("stPopoverBody").filter(has_text="Tags").last  # the newest drawing of it
-    for _ in range(3):
-        if body.is_visible():
-            return body
-        page.locator(".st-key-history_menu button").first.click()  # a redraw under the click closes it: again
-        try:
-            expect(body).to_be_visible(timeout=5_000)
-        except AssertionError:
-            continue
-    expect(body).to_be_visible(timeout=5_000)
-    return body
+    return open_popover(page, page.locator(".st-key-history_menu button").first, body)
 
 
 def bubbles(page) -> list[str]:
@@ -284,9 +276,17 @@ def test_a_conversation_filed_pinned_and_tagged_stays_so_after_a_refresh(smollm2
                 continue
         send(page, "A recipe for lentil soup", 0)
         sidebar.get_by_text("Folders", exact=True).click()
-        sidebar.get_by_label("New folder").fill("Travel")
-        sidebar.get_by_label("New folder").press("Enter")
-        sidebar.get_by_role("button", name="Make").click()
+        folder_filter = sidebar.locator('[class*="st-key-history_folder"]')  # shown once there is a folder
+        for _ in range(3):  # a click on Make while the name's own rerun redraws the sidebar can be lost: again
+            sidebar.get_by_label("New folder").fill("Travel")
+            sidebar.get_by_label("New folder").press("Enter")
+            sidebar.get_by_role("button", name="Make").click()
+            try:
+                expect(folder_filter).to_be_visible(timeout=10_000)
+                break
+            except AssertionError:
+                continue
+        expect(folder_filter).to_be_visible()
         sidebar.get_by_role("button", name="Plan a trip to Lisbon").click()  # open it: its menu is next to it
         expect(page.locator('[data-testid="stChatMessage"]').first).to_contain_text("Lisbon", timeout=30_000)
         page.wait_for_timeout(1000)  # the redraw after opening it is over
@@ -309,6 +309,8 @@ def test_a_conversation_filed_pinned_and_tagged_stays_so_after_a_refresh(smollm2
                 break
             except PlaywrightTimeout:
                 page.keyboard.press("Escape")
+        else:
+            raise AssertionError("could not file the conversation in Travel")
         page.wait_for_timeout(1500)  # stored, and the history redrawn (the filter below shows where it went)
         menu = open_menu(page)
         menu.get_by_role("button", name="Pin to the top").click()

@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import expect
 
 from app.clients.embedded_model import gguf_path
-from tests.helpers import ask, model_loaded, readme_screenshot, require_llama_cpp, streamlit_app
+from tests.helpers import ask, model_loaded, open_popover, readme_screenshot, require_llama_cpp, streamlit_app
 
 pytestmark = pytest.mark.llamacpp
 
@@ -28,8 +28,8 @@ def test_a_gguf_found_on_this_machine_is_picked_loaded_and_answers(smollm2_dir, 
         page = browser.new_page(viewport={"width": 1280, "height": 1000})
         page.goto(url)
         model_loaded(page)
-        page.locator(".st-key-model_picker button").first.click()
-        found = page.get_by_test_id("stSelectbox").filter(has_text="On this machine")
+        found = open_popover(page, page.locator(".st-key-model_picker button").first,
+                             page.get_by_test_id("stSelectbox").filter(has_text="On this machine"))
         found.get_by_role("combobox").click()
         page.get_by_role("option").filter(has_text=str(tmp_path / "library")).filter(
             has_text=re.compile(r"^Smollm2 .* · GGUF Q4_1 · 98 MB · ")).click()

@@ -9,7 +9,7 @@ import re
 
 from playwright.sync_api import expect
 
-from tests.helpers import readme_screenshot, streamlit_app
+from tests.helpers import open_popover, readme_screenshot, streamlit_app
 from tests.hub_double import HubDouble, HubRepo, hub_env
 from tests.model_fixtures import write_gguf
 
@@ -65,8 +65,8 @@ def test_a_download_survives_a_refresh_cancels_continues_and_is_used(browser, tm
 
             page.get_by_role("button", name="Use for chat").click()
             expect(page.get_by_text("The picker now loads")).to_be_visible(timeout=30_000)
-            page.locator(".st-key-model_picker button").first.click()
-            popover = page.get_by_test_id("stPopoverBody")
+            popover = open_popover(page, page.locator(".st-key-model_picker button").first,
+                                   page.get_by_test_id("stPopoverBody"))
             expect(popover.get_by_role("combobox", name="Backend")).to_have_value("llama.cpp (GGUF)")
             expect(popover.get_by_role("textbox", name="Model path")).to_have_value(
                 re.compile(r"models--acme--Tiny-Chat-GGUF/snapshots/[0-9a-f]{40}/tiny-chat-Q4_K_M\.gguf$"))

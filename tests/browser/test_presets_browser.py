@@ -8,13 +8,19 @@ import json
 
 from playwright.sync_api import expect
 
-from tests.helpers import choose, generation_settings, model_loaded, readme_screenshot, settle
+from tests.helpers import choose, generation_settings, model_loaded, open_popover, readme_screenshot, settle
 
 PIRATE = "Answer like a pirate, in one sentence."
 
 
 def _choose_preset(page, section, name: str) -> None:
     choose(page, section.get_by_test_id("stSelectbox").filter(has_text="Preset"), name)
+
+
+def _manage(page, section) -> None:
+    """The presets' Manage popover, opened (a rerun in flight when it is clicked can close it again)."""
+    open_popover(page, section.get_by_role("button", name="Manage"),
+                 page.get_by_role("button", name="Export my presets"))
 
 
 def test_a_preset_is_saved_applied_in_a_new_conversation_exported_and_imported(app_url, browser, tmp_path):
@@ -27,7 +33,7 @@ def test_a_preset_is_saved_applied_in_a_new_conversation_exported_and_imported(a
     tokens = section.get_by_role("spinbutton", name="Max new tokens")
     tokens.fill("40")
     tokens.press("Enter")  # also takes the system prompt, which lost the focus
-    section.get_by_role("button", name="Manage").click()
+    _manage(page, section)
     page.get_by_label("Name", exact=True).fill("Pirate")
     page.get_by_label("Name", exact=True).press("Enter")
     page.get_by_role("button", name="Save as a new preset").click()
@@ -63,7 +69,7 @@ def test_a_preset_is_saved_applied_in_a_new_conversation_exported_and_imported(a
     model_loaded(page, 120_000)
     section = generation_settings(page)
     _choose_preset(page, section, "Pirate")
-    section.get_by_role("button", name="Manage").click()
+    _manage(page, section)
     with page.expect_download() as download:
         page.get_by_role("button", name="Export my presets").click()
     exported = tmp_path / "presets.json"
@@ -72,7 +78,7 @@ def test_a_preset_is_saved_applied_in_a_new_conversation_exported_and_imported(a
     page.get_by_role("button", name="Delete 'Pirate'").click()
     expect(page.get_by_text("Deleted the preset Pirate")).to_be_visible(timeout=30_000)
 
-    section.get_by_role("button", name="Manage").click()
+    _manage(page, section)
     page.get_by_test_id("stPopoverBody").locator('input[type="file"]').set_input_files(str(exported))
     page.get_by_text("presets.json").first.wait_for(timeout=10_000)
     page.get_by_role("button", name="Import", exact=True).click()
