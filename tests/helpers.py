@@ -278,13 +278,24 @@ def end_answer(page: Any, bubble: Any) -> None:
     settle(page, bubble)
 
 
+def wait_until_writing(bubble: Any, chars: int, timeout_s: float = 60,
+                       until: Callable[[], bool] | None = None) -> str:
+    """Wait until `bubble`'s answer is being written (its Stop button shows) with at least `chars` characters of
+    text, and `until()` holds if given; return the text then."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        text = bubble.inner_text()
+        if (bubble.get_by_role("button", name="Stop").count() and "waiting for the model" not in text
+                and len(text) >= chars and (until is None or until())):
+            return text
+        assert time.monotonic() < deadline, f"no answer of {chars} characters being written: {text!r}"
+        time.sleep(0.1)
+
+
 def stop_and_check(page: Any, bubble: Any) -> None:
     """Once `bubble` streams some text, press its Stop: the text stops growing and is marked Stopped, with its
     metrics, without any further interaction."""
-    deadline = time.monotonic() + 60
-    while bubble.get_by_role("button", name="Stop").count() == 0 or len(bubble.inner_text()) < 60:
-        assert time.monotonic() < deadline, f"no answer of 60 characters being written to stop: {bubble.inner_text()!r}"
-        time.sleep(0.1)
+    wait_until_writing(bubble, 60)
     bubble.get_by_role("button", name="Stop").click(timeout=10_000)
     from playwright.sync_api import expect  # only the browser tests have playwright imported
 

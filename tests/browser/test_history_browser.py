@@ -25,6 +25,7 @@ from tests.helpers import (
     settle,
     stop_and_check,
     streamlit_app,
+    wait_until_writing,
 )
 
 
@@ -79,11 +80,7 @@ def sidebar_clicks_leave_the_answer_writing(page, answer) -> None:
     """While `answer` streams, a generation setting changed, a history search typed and an earlier message's actions
     opened rerun only their own sections (Streamlit fragments, run once the answer is done): the answer goes on
     writing, not stopped as a rerun of the page would stop it."""
-    deadline = time.monotonic() + 60
-    while answer.get_by_role("button", name="Stop").count() == 0 or "waiting for the model" in answer.inner_text() \
-            or len(answer.inner_text()) < 80:
-        assert time.monotonic() < deadline, answer.inner_text()
-        time.sleep(0.1)
+    wait_until_writing(answer, 80)
     seed = generation_settings(page).get_by_role("spinbutton", name="Seed")
     seed.fill("7")
     seed.press("Enter")
@@ -173,12 +170,8 @@ def test_a_tab_closed_mid_answer_keeps_the_answer_so_far(smollm2_dir, browser, t
         box.fill("Write a very long story about a harbour in a storm.")
         box.press("Enter")
         answer = page.locator('[data-testid="stChatMessage"]').nth(1)
-        deadline = time.monotonic() + 120
-        while answer.get_by_role("button", name="Stop").count() == 0 or len(answer.inner_text()) < 80 \
-                or "c=" not in page.url:
-            assert time.monotonic() < deadline, answer.inner_text()
-            time.sleep(0.1)
-        link, shown = page.url, answer.inner_text()
+        shown = wait_until_writing(answer, 80, timeout_s=120, until=lambda: "c=" in page.url)
+        link = page.url
         page.close()
 
         conversation_id = link.split("c=")[1]
